@@ -1,0 +1,27 @@
+# Two entry points that do all set-up on a fresh machine:
+#   make demo   -> a whole tuning study on the simulated SGLang server, into experiments.db
+#   make test   -> installs what the tests need and runs them
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test venv clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(BIN)/python -m tuner run --space search_spaces/glm5-nvfp4-sm120-sim.yaml --trials 12
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) experiments.db runs

@@ -1,0 +1,204 @@
+"""The values the stages of a trial hand each other.
+
+TrialConfig (what to try) -> LaunchSpec (how to start it) -> ServerFacts
+(what the ready server told us) -> GateResult / BenchResult -> TrialResult
+(everything, for the store and the sampler). All frozen; no stage mutates
+another's output. Gate and benchmark result types live beside the code that
+makes them (tuner.gate, tuner.bench) and are only referenced here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from tuner.bench.types import BenchResult
+    from tuner.gate import GateResult  # noqa: F401
+
+FlagValue = Union[bool, int, float, str, tuple[int, ...], tuple[str, ...]]
+
+
+class Phase(str, Enum):
+    """Where in a trial something happened."""
+
+    RENDER = "render"
+    WAIT_GPUS = "wait_gpus"
+    LAUNCH = "launch"
+    GATE = "gate"
+    BENCH = "bench"
+    TEARDOWN = "teardown"
+
+
+class Outcome(str, Enum):
+    """How a trial ended. Everything but OK is a failure class."""
+
+    OK = "ok"
+    BAD_FLAG = "bad_flag"
+    OOM = "oom"
+    NOT_ENOUGH_MEMORY = "not_enough_memory"
+    CAPTURE_FAILED = "capture_failed"
+    UNSUPPORTED = "unsupported"
+    CRASHED = "crashed"
+    HANG = "hang"
+    TIMEOUT = "timeout"
+    NAN = "nan"
+    WRONG_ANSWER = "wrong_answer"
+    GARBAGE = "garbage"
+    GATE_ERROR = "gate_error"
+    CRASHED_DURING_BENCH = "crashed_during_bench"
+    BENCH_FAILED = "bench_failed"
+    SLO_VIOLATION = "slo_violation"
+    INTERRUPTED = "interrupted"
+    INFRA_ERROR = "infra_error"
+
+    @property
+    def blames_config(self) -> bool:
+        """True when the configuration itself caused the failure (infeasible, not retried).
+
+        INTERRUPTED and INFRA_ERROR are the machine's or the user's doing: the
+        study records them as FAIL and may retry the configuration.
+        """
+        return self not in (Outcome.OK, Outcome.INTERRUPTED, Outcome.INFRA_ERROR)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CudaGraph:
+    """CUDA-graph setting as one knob: off, a max batch size, or an explicit list."""
+
+    enabled: bool = True
+    max_bs: int | None = None
+    bs: tuple[int, ...] | None = None
+
+    @property
+    def effective_max_bs(self) -> int | None:
+        if not self.enabled:
+            return None
+        if self.bs:
+            return max(self.bs)
+        return self.max_bs
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialConfig:
+    """One configuration to try, in SGLang-version-independent terms.
+
+    `flags` carries any other launch flag by its canonical name without dashes
+    (`("chunked-prefill-size", 8192)`); a bool is a store_true switch (True =
+    present). None means "leave SGLang's default".
+    """
+
+    mem_fraction_static: float | None = None
+    cuda_graph: CudaGraph | None = None
+    sparse_prefill_backend: str | None = None
+    sparse_decode_backend: str | None = None
+    flags: tuple[tuple[str, FlagValue], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchTimeouts:
+    """Time limits of one server's life, in seconds."""
+
+    startup_s: float = 1800.0
+    idle_log_s: float = 600.0
+    ready_poll_s: float = 0.25
+    sigint_grace_s: float = 10.0
+    sigterm_grace_s: float = 20.0
+    release_s: float = 120.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchSpec:
+    """Exactly how to start one server: the argv list, environment and where it listens."""
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    host: str = "127.0.0.1"
+    port: int
+    gpus: tuple[int, ...] = ()
+    log_path: Path
+    sglang_version: str
+    timeouts: LaunchTimeouts = field(default_factory=LaunchTimeouts)
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Failure:
+    """Why a trial failed, with the evidence."""
+
+    outcome: Outcome
+    phase: Phase
+    message: str
+    excerpt: str = ""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServerFacts:
+    """What a ready server reported about itself (endpoint first, log as cross-check)."""
+
+    base_url: str
+    startup_s: float
+    kv_tokens: int | None
+    kv_tokens_log: int | None = None
+    captured_bs: tuple[int, ...] | None = None
+    cuda_graph: bool | None = None
+    available_gpu_mem_gb: float | None = None
+    sparse_backends: tuple[str, str] | None = None
+    weights_gb: float | None = None
+    server_version: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuInfo:
+    """One GPU as NVML (or the simulator) describes it."""
+
+    index: int
+    uuid: str
+    name: str
+    compute_capability: str
+    total_mib: int
+    driver: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageTimings:
+    """Seconds spent in each stage; overhead is everything not waiting on the server."""
+
+    wait_gpus_s: float = 0.0
+    launch_s: float = 0.0
+    gate_s: float = 0.0
+    bench_s: float = 0.0
+    teardown_s: float = 0.0
+    overhead_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialResult:
+    """Everything one trial produced, success or failure."""
+
+    config: TrialConfig
+    launch: LaunchSpec | None
+    outcome: Outcome
+    failure: Failure | None = None
+    sglang_version: str
+    gpus: tuple[GpuInfo, ...] = ()
+    server: ServerFacts | None = None
+    gate: GateResult | None = None
+    bench: BenchResult | None = None
+    min_free_mib: tuple[int, ...] | None = None
+    log_excerpt: str = ""
+    started_at: datetime
+    finished_at: datetime
+    timings: StageTimings = field(default_factory=StageTimings)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK

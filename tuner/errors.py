@@ -1,0 +1,62 @@
+"""The tuner's exception family.
+
+    TunerError                       anything a user can cause; the CLI prints one line, exits non-zero
+    ├── ConfigError                  bad space file, unknown flag, bad CLI value (exit 2)
+    │   └── FlagError                an argv the target SGLang would reject
+    ├── LaunchError                  the server could not be started or stopped cleanly
+    │   ├── PortInUseError           the chosen port is held by another process
+    │   ├── GpuBusyError             the GPUs hold memory of processes that are not ours
+    │   └── ReleaseTimeoutError      a stopped server's processes or memory did not go away
+    ├── BenchmarkError               the benchmark stage could not run (not a slow server)
+    ├── StoreError                   the experiments database cannot be opened or written
+    └── GpuError                     NVML is missing or failed
+
+A failing *trial* (crash, OOM, NaN) is not an exception: it is data, a
+TrialResult with an Outcome.
+"""
+
+from __future__ import annotations
+
+
+class TunerError(Exception):
+    """Root of every error a user can cause or fix."""
+
+    exit_code = 1
+
+
+class ConfigError(TunerError):
+    """A space file, flag or command-line value is wrong."""
+
+    exit_code = 2
+
+
+class FlagError(ConfigError):
+    """An argv the target SGLang version's parser would reject."""
+
+
+class LaunchError(TunerError):
+    """The server could not be started or stopped cleanly."""
+
+
+class PortInUseError(LaunchError):
+    """The port chosen for the server is held by another process."""
+
+
+class GpuBusyError(LaunchError):
+    """The GPUs a trial needs hold memory of processes that are not ours."""
+
+
+class ReleaseTimeoutError(LaunchError):
+    """A stopped server's processes, port or GPU memory did not go away in time."""
+
+
+class BenchmarkError(TunerError):
+    """The benchmark stage could not run at all."""
+
+
+class StoreError(TunerError):
+    """The experiments database cannot be opened or written."""
+
+
+class GpuError(TunerError):
+    """NVML is missing or failed."""
