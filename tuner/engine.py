@@ -1,0 +1,92 @@
+"""The one place that turns a space's `engine:` into a launcher, an option table and a GPU probe.
+
+Everything downstream gets an `Engine` value and a `GpuProbe` and never asks
+which server it talks to: real SGLang (`python -m sglang.launch_server`,
+NVML) or the stand-in (`python -m tuner.sim`, GPU state published in files).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tuner.errors import ConfigError
+from tuner.gpu import FileGpuProbe, GpuProbe, NvmlProbe
+from tuner.sglang.introspect import detect_sglang_version, option_table_for
+from tuner.sglang.options import OptionTable
+
+if TYPE_CHECKING:
+    from tuner.space import SearchSpace
+
+log = logging.getLogger(__name__)
+
+SIM_STATE_ENV = "TUNER_SIM_STATE_DIR"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Engine:
+    """How servers of a study are launched and which SGLang release they speak."""
+
+    kind: str  # "sglang" | "sim"
+    launcher: tuple[str, ...]  # argv prefix; the rendered SGLang flags follow
+    env: tuple[tuple[str, str], ...]
+    sglang_version: str
+    table: OptionTable
+    gpu_state_dir: Path | None = None
+
+
+def engine_for(space: SearchSpace, *, state_root: Path) -> Engine:
+    """Resolve the space's engine: launcher argv, environment, target version and its option table."""
+    spec = space.engine
+    if spec.kind == "sim":
+        version = spec.sim_sglang_version if space.sglang_version == "auto" else space.sglang_version
+        state_dir = (state_root / "gpu-state").resolve()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        launcher = (
+            sys.executable,
+            "-m",
+            "tuner.sim",
+            "--sim-scenario",
+            str(spec.scenario),
+            "--sim-sglang-version",
+            version,
+        )
+        table = option_table_for(version, None)
+        return Engine(
+            kind="sim",
+            launcher=launcher,
+            env=((SIM_STATE_ENV, str(state_dir)),),
+            sglang_version=version,
+            table=table,
+            gpu_state_dir=state_dir,
+        )
+    if spec.kind == "sglang":
+        python = spec.python or sys.executable
+        version = space.sglang_version
+        if version == "auto":
+            found = detect_sglang_version(python)
+            if found is None:
+                raise ConfigError(
+                    f"sglang_version: auto, but SGLang is not installed for {python} "
+                    f"(pip install 'sglang-tuner[sglang]', or pin sglang_version) in {space.path}"
+                )
+            version = found
+        table = option_table_for(version, python)
+        return Engine(
+            kind="sglang",
+            launcher=(python, "-m", "sglang.launch_server"),
+            env=(),
+            sglang_version=version,
+            table=table,
+        )
+    raise ConfigError(f"engine: unknown kind {spec.kind!r} (expected sglang or sim) in {space.path}")
+
+
+def probe_for(engine: Engine) -> GpuProbe:
+    """The GPU probe that sees the engine's GPUs: NVML for real servers, state files for the stand-in."""
+    if engine.gpu_state_dir is not None:
+        return FileGpuProbe(engine.gpu_state_dir)
+    return NvmlProbe()

@@ -1,0 +1,267 @@
+"""ServerProcess: one SGLang server's life — launch, log watch, readiness, failure, stop.
+
+The server is started from a LaunchSpec's argv (never a shell string) in its
+own session. Its output goes to the per-trial log file and through the pure
+parsers of tuner.sglang.logs as it arrives. Readiness means the process is
+alive, the health endpoint of that version answers 200 and the server-info
+endpoint reports the KV-cache size. Any other ending is classified at once:
+the waiter thread wakes the moment the process exits, and a fatal log line
+counts as a crash even before the exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import httpx
+
+from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts
+from tuner.errors import LaunchError
+from tuner.procgroup import ProcessGroup, StopReport, ensure_port_free, wait_port_free
+from tuner.sglang import logs
+from tuner.sglang.options import version_key
+
+log = logging.getLogger(__name__)
+
+TAIL_LINES = 4000
+
+
+class ServerProcess:
+    """A launched SGLang (or stand-in) server and everything known about it."""
+
+    def __init__(self, spec: LaunchSpec, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.spec = spec
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._count = 0
+        self._state = logs.LogState()
+        self._fatal_at: float | None = None
+        self._last_line_at: float | None = None
+        self._log_file: TextIO | None = None
+        self._group: ProcessGroup | None = None
+        self._started_at: float | None = None
+        self.died = threading.Event()  # set when the process exits or prints a fatal line
+        self.stop_report: StopReport | None = None
+
+    # -- launch ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch the server. Raises PortInUseError / LaunchError (infrastructure, not the config)."""
+        spec = self.spec
+        ensure_port_free(spec.host, spec.port)
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = spec.log_path.open("a", encoding="utf-8", buffering=1)
+        env = dict(os.environ)
+        env.update(dict(spec.env))
+        if spec.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._started_at = self._clock()
+        self._last_line_at = self._started_at
+        try:
+            self._group = ProcessGroup(spec.argv, env=env, on_line=self._on_line)
+        except LaunchError:
+            self._close_log()
+            raise
+        threading.Thread(target=self._watch_exit, daemon=True, name=f"exit-{self._group.pid}").start()
+        log.info("launched pid %d on %s: %s", self._group.pid, spec.base_url, spec.log_path)
+
+    def _watch_exit(self) -> None:
+        assert self._group is not None
+        self._group.exited.wait()
+        self.died.set()
+
+    def _on_line(self, line: str) -> None:
+        now = self._clock()
+        event = logs.parse_line(line)
+        with self._lock:
+            self._tail.append(line)
+            self._count += 1
+            self._last_line_at = now
+            if event is not None:
+                self._state = self._state.apply(event)
+            if self._fatal_at is None and logs.is_fatal(line):
+                self._fatal_at = now
+        if self._log_file is not None:
+            try:
+                self._log_file.write(line + "\n")
+            except ValueError:  # closed during teardown
+                pass
+        if self._fatal_at == now:
+            self.died.set()
+
+    # -- what we know ---------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._group.pid if self._group else None
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            return list(self._tail)
+
+    def cursor(self) -> int:
+        """A position in the log; `lines_since` returns what came after it."""
+        with self._lock:
+            return self._count
+
+    def lines_since(self, cursor: int) -> list[str]:
+        with self._lock:
+            new = self._count - cursor
+            if new <= 0:
+                return []
+            return list(self._tail)[-min(new, len(self._tail)) :]
+
+    @property
+    def state(self) -> logs.LogState:
+        with self._lock:
+            return self._state
+
+    def alive(self) -> bool:
+        return self._group is not None and self._group.alive()
+
+    def exit_code(self) -> int | None:
+        return self._group.exit_code if self._group else None
+
+    def our_pids(self) -> tuple[int, ...]:
+        if self._group is None:
+            return ()
+        self._group.remember_descendants() if self._group.alive() else None
+        return tuple(self._group.known_pids())
+
+    # -- readiness ------------------------------------------------------------------------------
+
+    def wait_ready(self) -> ServerFacts | Failure:
+        """Block until ready (ServerFacts) or until the launch failed (Failure), whichever first."""
+        if self._group is None or self._started_at is None:
+            raise LaunchError("wait_ready() before start()")
+        t = self.spec.timeouts
+        health_path = "/ready" if version_key(self.spec.sglang_version) >= (0, 5, 20, 0) else "/health"
+        with httpx.Client(base_url=self.spec.base_url, timeout=httpx.Timeout(10.0, connect=2.0)) as client:
+            while True:
+                failure = self._launch_failure()
+                if failure is not None:
+                    return failure
+                now = self._clock()
+                if now - self._started_at > t.startup_s:
+                    return self._watchdog_failure(Outcome.TIMEOUT, f"not ready after {t.startup_s:.0f} s")
+                idle = now - (self._last_line_at or now)
+                if idle > t.idle_log_s and not self.state.http_up:
+                    return self._watchdog_failure(
+                        Outcome.HANG, f"no log output for {idle:.0f} s before the server was ready"
+                    )
+                if self._probe(client, health_path):
+                    facts = self._facts(client)
+                    if facts is not None:
+                        return facts
+                self.died.wait(t.ready_poll_s)
+
+    def _probe(self, client: httpx.Client, path: str) -> bool:
+        try:
+            return client.get(path).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _facts(self, client: httpx.Client) -> ServerFacts | None:
+        info = self._server_info(client)
+        state = self.state
+        kv = _kv_tokens(info) if info else None
+        if kv is None and state.max_total_num_tokens is None:
+            return None
+        if kv and state.max_total_num_tokens and abs(kv - state.max_total_num_tokens) > 0.01 * kv:
+            log.warning(
+                "KV tokens differ: server info says %d, log says %d", kv, state.max_total_num_tokens
+            )
+        assert self._started_at is not None
+        return ServerFacts(
+            base_url=self.spec.base_url,
+            startup_s=self._clock() - self._started_at,
+            kv_tokens=kv if kv is not None else state.max_total_num_tokens,
+            kv_tokens_log=state.max_total_num_tokens or state.kv_tokens_log,
+            captured_bs=state.captured_bs,
+            cuda_graph=state.cuda_graph,
+            available_gpu_mem_gb=state.available_gpu_mem_gb,
+            sparse_backends=state.backends,
+            weights_gb=state.weights_gb,
+            server_version=(info or {}).get("version"),
+        )
+
+    def _server_info(self, client: httpx.Client) -> dict[str, Any] | None:
+        paths = ["/server_info", "/get_server_info"]
+        if version_key(self.spec.sglang_version) < (0, 5, 6, 0):
+            paths.reverse()
+        for path in paths:
+            try:
+                resp = client.get(path)
+            except httpx.HTTPError:
+                continue
+            if resp.status_code == 200:
+                try:
+                    data = resp.json()
+                except ValueError:
+                    continue
+                if isinstance(data, dict):
+                    return data
+        return None
+
+    def _launch_failure(self) -> Failure | None:
+        """A Failure if the process exited or printed a fatal line; None while still healthy."""
+        assert self._group is not None
+        if not self.died.is_set():
+            return None
+        if self._group.alive() and self._fatal_at is not None:
+            # A fatal line: the server is going down. Give it a moment to print its cause.
+            self._group.exited.wait(0.5)
+        if not self._group.alive():
+            self._group.drain_output(0.5)
+        return self.classify(Phase.LAUNCH)
+
+    def classify(self, phase: Phase) -> Failure:
+        """The failure the log and exit status show, for the given phase."""
+        outcome, message, excerpt = logs.classify_failure(self.lines(), exit_code=self.exit_code(), phase=phase)
+        return Failure(outcome=outcome, phase=phase, message=message, excerpt=excerpt, exit_code=self.exit_code())
+
+    def _watchdog_failure(self, outcome: Outcome, message: str) -> Failure:
+        tail = "\n".join(self.lines()[-30:])
+        return Failure(outcome=outcome, phase=Phase.LAUNCH, message=message, excerpt=tail, exit_code=None)
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def stop(self) -> StopReport | None:
+        """End the server and every process it started; wait until its port is free again."""
+        if self._group is None:
+            return None
+        t = self.spec.timeouts
+        report = self._group.stop(sigint_grace_s=t.sigint_grace_s, sigterm_grace_s=t.sigterm_grace_s)
+        if not wait_port_free(self.spec.host, self.spec.port, timeout_s=10.0):
+            log.warning("port %d still busy 10 s after the server stopped", self.spec.port)
+        self._close_log()
+        self.stop_report = report
+        return report
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+def _kv_tokens(info: dict[str, Any]) -> int | None:
+    """max_total_num_tokens from a /server_info payload of any version."""
+    for holder in (info, info.get("scheduler_info") or {}):
+        value = holder.get("max_total_num_tokens") if isinstance(holder, dict) else None
+        if isinstance(value, int):
+            return value
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        mem = states[0].get("memory_usage") or {}
+        cap = mem.get("token_capacity") if isinstance(mem, dict) else None
+        if isinstance(cap, (int, float)):
+            return int(cap)
+    return None

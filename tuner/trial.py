@@ -1,0 +1,296 @@
+"""Run one trial: TrialConfig -> TrialResult. The only place where the stages meet.
+
+render + validate flags -> GPUs free? -> launch -> ready? -> gate -> benchmark
+(GPU memory sampled throughout) -> stop -> memory released -> TrialResult.
+
+A failing configuration is a result, never an exception. Exceptions that
+leave here are infrastructure faults the caller must see (the GPUs never came
+back, the log directory cannot be written).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tuner.bench.runner import benchmark
+from tuner.config import (
+    Failure,
+    GpuInfo,
+    LaunchSpec,
+    Outcome,
+    Phase,
+    ServerFacts,
+    StageTimings,
+    TrialConfig,
+    TrialResult,
+)
+from tuner.engine import Engine
+from tuner.errors import FlagError, GpuBusyError, LaunchError, ReleaseTimeoutError
+from tuner.gate import GateVerdict, gate
+from tuner.gpu import GpuProbe, MemorySampler, check_gpus_free, wait_for_release
+from tuner.procgroup import free_port
+from tuner.sglang import logs
+from tuner.sglang.flags import render_flags, validate_flags
+from tuner.sglang.server import ServerProcess
+from tuner.space import SearchSpace
+
+log = logging.getLogger(__name__)
+
+PhaseCallback = Callable[[Phase, str], None]
+
+_GATE_OUTCOME = {
+    GateVerdict.NAN: Outcome.NAN,
+    GateVerdict.WRONG_ANSWER: Outcome.WRONG_ANSWER,
+    GateVerdict.GARBAGE: Outcome.GARBAGE,
+    GateVerdict.ERROR: Outcome.GATE_ERROR,
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialContext:
+    """What every trial of a study shares: the space, the engine, the GPU probe, where logs go."""
+
+    space: SearchSpace
+    engine: Engine
+    probe: GpuProbe
+    log_dir: Path
+    progress: bool = False
+    on_phase: PhaseCallback | None = None
+
+
+def render_launch(config: TrialConfig, ctx: TrialContext, *, port: int, log_path: Path) -> LaunchSpec:
+    """The exact launch for `config` on the engine's SGLang version; FlagError if it would be rejected."""
+    space = ctx.space
+    flags = render_flags(config, ctx.engine.table, fixed=dict(space.fixed_flags), host=space.host, port=port)
+    validate_flags(flags, ctx.engine.table)
+    return LaunchSpec(
+        argv=(*ctx.engine.launcher, *flags),
+        env=(*ctx.engine.env, *space.env),
+        host=space.host,
+        port=port,
+        gpus=space.gpus,
+        log_path=log_path,
+        sglang_version=ctx.engine.sglang_version,
+        timeouts=space.timeouts,
+    )
+
+
+def run_trial(config: TrialConfig, ctx: TrialContext, *, label: str) -> TrialResult:
+    """Launch, gate, benchmark and stop one configuration; always returns a TrialResult."""
+    return _TrialRun(config, ctx, label).run()
+
+
+class _TrialRun:
+    def __init__(self, config: TrialConfig, ctx: TrialContext, label: str) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.label = label
+        self.started_at = datetime.now(timezone.utc)
+        self.t0 = time.perf_counter()
+        self.waits: dict[str, float] = {}
+        self.spec: LaunchSpec | None = None
+        self.server: ServerProcess | None = None
+        self.facts: ServerFacts | None = None
+        self.gate_result = None
+        self.bench_result = None
+        self.sampler: MemorySampler | None = None
+        self.gpus: tuple[GpuInfo, ...] = ()
+
+    def _phase(self, phase: Phase, detail: str = "") -> None:
+        if self.ctx.on_phase is not None:
+            self.ctx.on_phase(phase, detail)
+
+    def _timed(self, name: str, fn: Callable[[], object]) -> object:
+        start = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.waits[name] = self.waits.get(name, 0.0) + time.perf_counter() - start
+
+    def run(self) -> TrialResult:
+        try:
+            failure = self._launch_and_measure()
+        except KeyboardInterrupt:
+            failure = Failure(outcome=Outcome.INTERRUPTED, phase=Phase.LAUNCH, message="interrupted by the user")
+            self._teardown(quiet=True)
+            return self._result(failure)
+        except (GpuBusyError, LaunchError) as exc:
+            failure = Failure(outcome=Outcome.INFRA_ERROR, phase=Phase.LAUNCH, message=str(exc))
+        release_error = self._teardown()
+        result = self._result(failure)
+        if release_error is not None:
+            raise release_error
+        return result
+
+    def _launch_and_measure(self) -> Failure | None:
+        ctx, space = self.ctx, self.ctx.space
+        self._phase(Phase.RENDER)
+        port = free_port(space.host)
+        log_path = ctx.log_dir / f"{self.label}.log"
+        try:
+            self.spec = render_launch(self.config, ctx, port=port, log_path=log_path)
+        except FlagError as exc:
+            return Failure(outcome=Outcome.BAD_FLAG, phase=Phase.RENDER, message=str(exc))
+
+        self._phase(Phase.WAIT_GPUS)
+        indices = self._gpu_indices()
+        self.baseline = self._used(indices)
+        self._timed(
+            "wait_gpus",
+            lambda: check_gpus_free(
+                ctx.probe, indices, policy=space.gpu_busy_policy, timeout_s=space.timeouts.release_s
+            ),
+        )
+
+        self._phase(Phase.LAUNCH, self.spec.base_url)
+        self.server = ServerProcess(self.spec)
+        self.server.start()
+        ready = self._timed("launch", self.server.wait_ready)
+        if isinstance(ready, Failure):
+            return ready
+        assert isinstance(ready, ServerFacts)
+        self.facts = ready
+        indices = self._gpu_indices()
+        self.gpus = tuple(d for d in ctx.probe.devices() if not indices or d.index in indices)
+        self.sampler = MemorySampler(ctx.probe, indices)
+        self.sampler.start()
+        return self._gate() or self._bench()
+
+    def _gate(self) -> Failure | None:
+        server, space = self.server, self.ctx.space
+        assert server is not None and self.facts is not None
+        self._phase(Phase.GATE, f"{len(space.gate.prompts)} prompts")
+        cursor = server.cursor()
+        result = self._timed(
+            "gate",
+            lambda: gate(
+                self.facts.base_url,
+                space.gate,
+                captured_bs=self.facts.captured_bs,
+                nan_log_lines=lambda: logs.nan_lines(server.lines_since(cursor)),
+                server_died=server.died,
+            ),
+        )
+        self.gate_result = result
+        if server.died.is_set():
+            return self._died(Phase.GATE)
+        if result.passed:
+            return None
+        outcome = _GATE_OUTCOME[result.verdict]
+        return Failure(outcome=outcome, phase=Phase.GATE, message=result.reason or outcome.value)
+
+    def _bench(self) -> Failure | None:
+        server, space = self.server, self.ctx.space
+        assert server is not None and self.facts is not None
+        if not space.bench.enabled:
+            return None
+        points = ", ".join(p.label for p in space.bench.load_points)
+        self._phase(Phase.BENCH, points)
+        result = self._timed(
+            "bench",
+            lambda: benchmark(
+                self.facts.base_url, space.bench, server_died=server.died, progress=self.ctx.progress
+            ),
+        )
+        self.bench_result = result
+        if result.crashed or server.died.is_set():
+            return self._died(Phase.BENCH)
+        metrics = result.points[space.bench.objective_point].metrics if result.points else None
+        if metrics is None or not metrics.completed:
+            return Failure(
+                outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message="no benchmark request completed"
+            )
+        return None
+
+    def _died(self, phase: Phase) -> Failure:
+        assert self.server is not None
+        if self.server.alive():
+            # a fatal line came first: give the process a moment to finish dying and print its cause
+            with contextlib.suppress(Exception):
+                self.server.died.wait(1.0)
+        failure = self.server.classify(phase)
+        if failure.outcome is Outcome.CRASHED and phase is Phase.BENCH:
+            failure = Failure(
+                outcome=Outcome.CRASHED_DURING_BENCH,
+                phase=phase,
+                message=failure.message,
+                excerpt=failure.excerpt,
+                exit_code=failure.exit_code,
+            )
+        return failure
+
+    def _gpu_indices(self) -> tuple[int, ...]:
+        if self.ctx.space.gpus:
+            return self.ctx.space.gpus
+        return tuple(d.index for d in self.ctx.probe.devices())
+
+    def _used(self, indices: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(m.used_mib for m in self.ctx.probe.memory(indices))
+
+    def _teardown(self, quiet: bool = False) -> ReleaseTimeoutError | None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.server is None:
+            return None
+        self._phase(Phase.TEARDOWN)
+        server = self.server
+        pids = server.our_pids()
+        self._timed("teardown", server.stop)
+        indices = self._gpu_indices()
+        try:
+            self._timed(
+                "release",
+                lambda: wait_for_release(
+                    self.ctx.probe,
+                    indices,
+                    baseline_used_mib=getattr(self, "baseline", ()),
+                    our_pids=pids,
+                    timeout_s=self.ctx.space.timeouts.release_s,
+                ),
+            )
+        except ReleaseTimeoutError as exc:
+            if quiet:
+                log.error("%s", exc)
+                return None
+            return exc
+        return None
+
+    def _result(self, failure: Failure | None) -> TrialResult:
+        server = self.server
+        outcome = failure.outcome if failure else Outcome.OK
+        elapsed = time.perf_counter() - self.t0
+        waited = sum(self.waits.values())
+        timings = StageTimings(
+            wait_gpus_s=self.waits.get("wait_gpus", 0.0),
+            launch_s=self.waits.get("launch", 0.0),
+            gate_s=self.waits.get("gate", 0.0),
+            bench_s=self.waits.get("bench", 0.0),
+            teardown_s=self.waits.get("teardown", 0.0) + self.waits.get("release", 0.0),
+            overhead_s=max(0.0, elapsed - waited),
+        )
+        excerpt = failure.excerpt if failure and failure.excerpt else ""
+        if not excerpt and server is not None:
+            excerpt = "\n".join(server.lines()[-40:])
+        return TrialResult(
+            config=self.config,
+            launch=self.spec,
+            outcome=outcome,
+            failure=failure,
+            sglang_version=self.ctx.engine.sglang_version,
+            gpus=self.gpus,
+            server=self.facts,
+            gate=self.gate_result,
+            bench=self.bench_result,
+            min_free_mib=self.sampler.min_free_mib if self.sampler else None,
+            log_excerpt=excerpt,
+            started_at=self.started_at,
+            finished_at=datetime.now(timezone.utc),
+            timings=timings,
+        )
+
