@@ -34,6 +34,7 @@ from tuner.engine import Engine
 from tuner.errors import FlagError, GpuBusyError, LaunchError, ReleaseTimeoutError
 from tuner.gate import GateVerdict, gate
 from tuner.gpu import GpuProbe, MemorySampler, check_gpus_free, wait_for_release
+from tuner.orphans import LiveServers
 from tuner.procgroup import free_port
 from tuner.sglang import logs
 from tuner.sglang.flags import render_flags, validate_flags
@@ -62,6 +63,7 @@ class TrialContext:
     log_dir: Path
     progress: bool = False
     on_phase: PhaseCallback | None = None
+    live: LiveServers | None = None
 
 
 def render_launch(config: TrialConfig, ctx: TrialContext, *, port: int, log_path: Path) -> LaunchSpec:
@@ -151,6 +153,8 @@ class _TrialRun:
         self._phase(Phase.LAUNCH, self.spec.base_url)
         self.server = ServerProcess(self.spec)
         self.server.start()
+        if ctx.live is not None and self.server.pid is not None:
+            ctx.live.add(self.server.pid, self.spec.argv, self.spec.port)
         ready = self._timed("launch", self.server.wait_ready)
         if isinstance(ready, Failure):
             return ready
@@ -242,6 +246,8 @@ class _TrialRun:
         server = self.server
         pids = server.our_pids()
         self._timed("teardown", server.stop)
+        if self.ctx.live is not None and server.pid is not None:
+            self.ctx.live.remove(server.pid)
         indices = self._gpu_indices()
         try:
             self._timed(

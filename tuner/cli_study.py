@@ -1,0 +1,139 @@
+"""Commands around a study: run, trial, validate, status, studies."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tuner.errors import ConfigError, FlagError
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tuner.display import RunDisplay
+    from tuner.space import load_space
+    from tuner.store import database_url
+    from tuner.study import Hooks, StudyRunner, TrialEvent
+
+    space = load_space(args.space)
+    runner = StudyRunner(
+        space,
+        db_url=database_url(args.db),
+        study_name=args.study,
+        n_trials=args.trials,
+        timeout_s=args.timeout,
+    )
+    metric_names = [o.metric for o in space.objectives]
+    if args.plain or not sys.stderr.isatty():
+        def on_trial(ev: TrialEvent) -> None:
+            values = " ".join(f"{n}={v:.1f}" for n, v in zip(metric_names, ev.values))
+            reused = f" (reused #{ev.reused_from})" if ev.reused_from is not None else ""
+            print(f"trial {ev.number}: {ev.outcome.value} {values} {ev.duration_s:.1f}s{reused} {ev.message[:100]}",
+                  file=sys.stderr, flush=True)
+
+        summary = runner.run(Hooks(on_trial=on_trial))
+    else:
+        with RunDisplay(budget=runner.budget, metric_names=metric_names) as display:
+            summary = runner.run(
+                Hooks(on_trial=display.on_trial, on_phase=display.on_phase, on_start=display.on_start)
+            )
+    print(
+        f"study {summary.study_name}: {summary.completed}/{summary.budget} trials finished"
+        f"{' (interrupted; run the same command to resume)' if summary.interrupted else ''}"
+    )
+    from tuner.report import print_status
+
+    print_status(runner.store, summary.study_name, runner.study)
+    return 130 if summary.interrupted else 0
+
+
+def cmd_trial(args: argparse.Namespace) -> int:
+    from tuner.cli import print_json
+    from tuner.display import result_line
+    from tuner.engine import engine_for, probe_for
+    from tuner.space import config_from_params, load_space, parse_set_overrides
+    from tuner.trial import TrialContext, run_trial
+
+    space = load_space(args.space)
+    params = dict(space.baselines[0]) if space.baselines else {}
+    params.update(parse_set_overrides(space, args.sets))
+    config = config_from_params(space, params)
+    run_dir = Path(space.log_dir)
+    engine = engine_for(space, state_root=run_dir)
+    probe = probe_for(engine)
+    try:
+        ctx = TrialContext(space=space, engine=engine, probe=probe, log_dir=run_dir / "logs", progress=not args.json)
+        result = run_trial(config, ctx, label="single")
+    finally:
+        probe.close()
+    if args.json:
+        print_json(result)
+    else:
+        if result.launch is not None:
+            print("launch:", " ".join(result.launch.argv))
+            print("log:   ", result.launch.log_path)
+        print(result_line(result))
+    return 0 if result.ok else 1
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tuner.engine import Engine
+    from tuner.sglang.introspect import option_table_for
+    from tuner.space import config_from_params, enumerate_choices, load_space
+    from tuner.trial import TrialContext, render_launch
+
+    space = load_space(args.space)
+    version = args.sglang_version or (
+        space.engine.sim_sglang_version if space.engine.kind == "sim" and space.sglang_version == "auto"
+        else space.sglang_version
+    )
+    if version == "auto":
+        from tuner.sglang.introspect import detect_sglang_version
+
+        version = detect_sglang_version(space.engine.python or sys.executable)
+        if version is None:
+            raise ConfigError(f"sglang_version is auto but SGLang is not installed; pass --sglang-version (in {space.path})")
+    table = option_table_for(version, space.engine.python if space.engine.kind == "sglang" else None)
+    engine = Engine(kind=space.engine.kind, launcher=("launcher",), env=(), sglang_version=version, table=table)
+    ctx = TrialContext(space=space, engine=engine, probe=None, log_dir=Path("."))  # type: ignore[arg-type]
+    bad = 0
+    count = 0
+    for params in enumerate_choices(space):
+        count += 1
+        try:
+            render_launch(config_from_params(space, params), ctx, port=30000, log_path=Path("x"))
+        except (FlagError, ConfigError) as exc:
+            bad += 1
+            print(f"INVALID {params}: {exc}")
+    print(f"{count - bad}/{count} configurations of {space.path} render to flags SGLang {version} accepts "
+          f"(option table: {table.source})")
+    return 2 if bad else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tuner.report import print_status
+    from tuner.store import SqlStore, database_url
+
+    store = SqlStore(database_url(args.db))
+    name = args.study
+    if name is None and args.space is not None:
+        from tuner.space import load_space
+
+        name = load_space(args.space).study_name
+    if name is None:
+        names = store.studies()
+        if len(names) != 1:
+            raise ConfigError(f"--study is needed: the database holds {len(names)} studies ({', '.join(names)})")
+        name = names[0]
+    print_status(store, name, None)
+    return 0
+
+
+def cmd_studies(args: argparse.Namespace) -> int:
+    from tuner.store import SqlStore, database_url
+
+    store = SqlStore(database_url(args.db))
+    for name in store.studies():
+        rows = store.trials(name)
+        print(f"{name}\t{len(rows)} trials")
+    return 0

@@ -1,0 +1,154 @@
+"""From a TrialResult to what the sampler sees: objective values and constraint values.
+
+Pure functions. A configuration that crashed, ran out of memory or failed the
+gate is reported as COMPLETE-but-infeasible (constraint `failure` > 0) with
+pessimistic but plausible values, never as FAIL (samplers ignore FAIL trials
+and walk back into the crash region) and never as a score that could rank
+best (0.0 throughput is the floor of a maximised objective; for a minimised
+latency the value is the worst one seen, doubled).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.config import TrialResult
+
+MAXIMIZE = "maximize"
+MINIMIZE = "minimize"
+
+# metric name -> (direction, where it comes from)
+METRICS: dict[str, str] = {
+    "output_throughput": MAXIMIZE,
+    "total_throughput": MAXIMIZE,
+    "request_throughput": MAXIMIZE,
+    "kv_tokens": MAXIMIZE,
+    "min_free_vram_mib": MAXIMIZE,
+    "ttft_p50_ms": MINIMIZE,
+    "ttft_p99_ms": MINIMIZE,
+    "tpot_p50_ms": MINIMIZE,
+    "tpot_p99_ms": MINIMIZE,
+    "itl_p50_ms": MINIMIZE,
+    "itl_p99_ms": MINIMIZE,
+    "e2e_p50_ms": MINIMIZE,
+    "e2e_p99_ms": MINIMIZE,
+}
+
+# our metric name -> BenchMetrics attribute
+_BENCH_FIELDS = {
+    "output_throughput": "output_throughput",
+    "total_throughput": "total_throughput",
+    "request_throughput": "request_throughput",
+    "ttft_p50_ms": "median_ttft_ms",
+    "ttft_p99_ms": "p99_ttft_ms",
+    "tpot_p50_ms": "median_tpot_ms",
+    "tpot_p99_ms": "p99_tpot_ms",
+    "itl_p50_ms": "median_itl_ms",
+    "itl_p99_ms": "p99_itl_ms",
+    "e2e_p50_ms": "median_e2e_ms",
+    "e2e_p99_ms": "p99_e2e_ms",
+}
+
+FAILURE_CONSTRAINT = "failure"
+PESSIMISTIC_LATENCY_MS = 600_000.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Objective:
+    """One optimisation target."""
+
+    metric: str
+    direction: str  # maximize | minimize
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Slo:
+    """A constraint on a metric: `metric op limit` with op '<=' or '>='."""
+
+    metric: str
+    op: str
+    limit: float
+
+    @property
+    def key(self) -> str:
+        return f"slo:{self.metric}{self.op}{self.limit:g}"
+
+    def violation(self, value: float | None) -> float:
+        """> 0 when violated (relative to the limit), <= 0 when met; a missing value violates."""
+        if value is None or math.isnan(value):
+            return 1.0
+        scale = abs(self.limit) or 1.0
+        if self.op == "<=":
+            return (value - self.limit) / scale
+        return (self.limit - value) / scale
+
+
+def metric_values(result: TrialResult, objective_point: int = -1) -> dict[str, float | None]:
+    """Every known metric of a result (None where it was not measured)."""
+    out: dict[str, float | None] = dict.fromkeys(METRICS)
+    if result.server is not None and result.server.kv_tokens is not None:
+        out["kv_tokens"] = float(result.server.kv_tokens)
+    if result.min_free_mib:
+        out["min_free_vram_mib"] = float(min(result.min_free_mib))
+    bench = result.bench
+    if bench is not None and bench.points:
+        metrics = bench.points[objective_point].metrics
+        for name, attr in _BENCH_FIELDS.items():
+            value = getattr(metrics, attr, None)
+            out[name] = float(value) if isinstance(value, (int, float)) else None
+    return out
+
+
+def objective_values(
+    result: TrialResult,
+    objectives: Sequence[Objective],
+    *,
+    objective_point: int = -1,
+    worst_seen: Mapping[str, float] | None = None,
+) -> tuple[float, ...]:
+    """The values to tell Optuna. Failed or unmeasured metrics get pessimistic values."""
+    values = metric_values(result, objective_point)
+    out = []
+    for obj in objectives:
+        value = values.get(obj.metric) if result.ok else None
+        if value is None or math.isnan(value):
+            value = pessimistic(obj, worst_seen or {})
+        out.append(float(value))
+    return tuple(out)
+
+
+def pessimistic(obj: Objective, worst_seen: Mapping[str, float]) -> float:
+    """A value no feasible trial would beat: 0 for maximised metrics, 2 x the worst seen latency."""
+    if obj.direction == MAXIMIZE:
+        return 0.0
+    seen = worst_seen.get(obj.metric)
+    return 2.0 * seen if seen else PESSIMISTIC_LATENCY_MS
+
+
+def constraint_values(result: TrialResult, slos: Sequence[Slo], *, objective_point: int = -1) -> dict[str, float]:
+    """The same keys on every trial (GP/BoTorch require it); <= 0 is feasible."""
+    values = metric_values(result, objective_point)
+    failed = not result.ok
+    out = {FAILURE_CONSTRAINT: 1.0 if failed else 0.0}
+    for slo in slos:
+        out[slo.key] = 1.0 if failed else slo.violation(values.get(slo.metric))
+    return out
+
+
+def is_feasible(constraints: Mapping[str, float]) -> bool:
+    return all(v <= 0 for v in constraints.values())
+
+
+def worst_values(rows: Sequence[Mapping[str, Any]], objectives: Sequence[Objective]) -> dict[str, float]:
+    """Worst feasible value per minimised metric, from earlier trials' metric dicts."""
+    worst: dict[str, float] = {}
+    for obj in objectives:
+        if obj.direction != MINIMIZE:
+            continue
+        seen = [r[obj.metric] for r in rows if isinstance(r.get(obj.metric), (int, float))]
+        if seen:
+            worst[obj.metric] = float(max(seen))
+    return worst

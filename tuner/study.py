@@ -1,0 +1,463 @@
+"""The overnight study: Optuna ask/tell around run_trial, resumable, shared by workers.
+
+Storage is Optuna's RDB storage in the same database as the tuner's own
+tables. The loop owns ask/tell so it can (a) reap trials of dead workers and
+retry them once, (b) reuse the recorded result of an effective configuration
+already measured instead of relaunching it, (c) report config-caused failures
+as COMPLETE-but-infeasible and infrastructure faults as FAIL, and (d) keep one
+global trial budget across workers (an exclusive lock around count + ask on
+one host; across hosts the overshoot is at most one trial per extra worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult
+from tuner.engine import Engine, engine_for, probe_for
+from tuner.errors import FlagError, StoreError
+from tuner.objectives import Objective, constraint_values, is_feasible, metric_values, objective_values
+from tuner.orphans import LiveServers
+from tuner.space import SearchSpace, config_from_params, forbidden_reason, suggest
+from tuner.store import SqlStore, optuna_storage_kwargs
+from tuner.trial import TrialContext, render_launch, run_trial
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 60
+HEARTBEAT_GRACE_S = 900
+MAX_RETRIES = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialEvent:
+    """What the live display hears after each trial."""
+
+    number: int
+    outcome: Outcome
+    values: tuple[float, ...]
+    feasible: bool
+    reused_from: int | None
+    message: str
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSummary:
+    """How a `run` ended."""
+
+    study_name: str
+    completed: int
+    budget: int
+    interrupted: bool
+    ran: int
+
+
+class Hooks:
+    """Callbacks for the CLI's live display (all optional)."""
+
+    def __init__(
+        self,
+        *,
+        on_phase: Callable[[int, Phase, str], None] | None = None,
+        on_trial: Callable[[TrialEvent], None] | None = None,
+        on_start: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.on_phase = on_phase
+        self.on_trial = on_trial
+        self.on_start = on_start
+
+
+def make_storage(url: str) -> RDBStorage:
+    """Optuna's RDB storage on the tuner's database, with heartbeats and one retry of stale trials."""
+    return RDBStorage(
+        url,
+        engine_kwargs=optuna_storage_kwargs(url),
+        heartbeat_interval=HEARTBEAT_INTERVAL_S,
+        grace_period=HEARTBEAT_GRACE_S,
+        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
+    )
+
+
+def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
+    """The sampler the space asks for; TPE (multivariate, grouped) fits 20-60 trials over a conditional space."""
+    spec = space.sampler
+    if spec.kind == "random":
+        return optuna.samplers.RandomSampler(seed=spec.seed)
+    if spec.kind == "gp":
+        return optuna.samplers.GPSampler(seed=spec.seed, n_startup_trials=spec.n_startup_trials)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            n_startup_trials=spec.n_startup_trials,
+            seed=spec.seed,
+        )
+
+
+def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> optuna.Study:
+    """Create or resume the space's study (directions and metric names from its objectives)."""
+    name = study_name or space.study_name
+    objectives = _objectives(space)
+    storage = make_storage(url)
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        directions=[o.direction for o in objectives],
+        sampler=make_sampler(space),
+        load_if_exists=True,
+    )
+    stored = [d.name.lower() for d in study.directions]
+    wanted = [o.direction for o in objectives]
+    if stored != wanted:
+        raise StoreError(
+            f"study {name!r} in {url} was created with objectives {stored}, the space now has {wanted}: "
+            f"bump `version:` in {space.path} to start a new study"
+        )
+    if not study.metric_names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([o.metric for o in objectives])
+    return study
+
+
+def _objectives(space: SearchSpace) -> tuple[Objective, ...]:
+    return tuple(Objective(metric=o.metric, direction=o.direction) for o in space.objectives)
+
+
+@contextlib.contextmanager
+def ask_lock(run_dir: Path) -> Iterator[None]:
+    """Serialise count + ask between workers on this host."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / ".ask.lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def config_hash(engine: Engine, space: SearchSpace, config: TrialConfig) -> str:
+    """Hash of the effective launch (argv without host/port, environment): equal hash = same server."""
+    try:
+        spec = render_launch(
+            config, TrialContext(space=space, engine=engine, probe=None, log_dir=Path(".")),  # type: ignore[arg-type]
+            port=0, log_path=Path("x"),
+        )
+        argv = list(spec.argv[len(engine.launcher) :])
+        for flag in ("--host", "--port"):
+            if flag in argv:
+                i = argv.index(flag)
+                del argv[i : i + 2]
+        payload: Any = {"argv": argv, "env": sorted(space.env), "version": engine.sglang_version}
+    except FlagError as exc:
+        payload = {"invalid": str(exc)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class StudyRunner:
+    """One worker of a study: `run()` until the budget is spent, the time is up, or a stop is asked."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        db_url: str,
+        study_name: str | None = None,
+        n_trials: int | None = None,
+        timeout_s: float | None = None,
+        hooks: Hooks | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.space = space
+        self.db_url = db_url
+        self.store = SqlStore(db_url)
+        self.study = open_study(space, db_url, study_name)
+        self.name = self.study.study_name
+        self.budget = n_trials or space.budget.n_trials
+        self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
+        self.hooks = hooks or Hooks()
+        self.run_dir = Path(space.log_dir)
+        self.live = LiveServers(self.run_dir)
+        self.stop_requested = threading.Event()
+        self.engine = engine_for(space, state_root=self.run_dir)
+        self.progress = progress
+        self.host = socket.gethostname()
+
+    # -- bookkeeping under the lock -------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        with ask_lock(self.run_dir):
+            killed = self.live.stop_orphans()
+            if killed:
+                log.warning("stopped %d process(es) of servers left by a killed run", len(killed))
+            self._reap_dead_workers()
+            attrs = self.study.user_attrs
+            if not attrs.get("baselines_enqueued"):
+                for params in self.space.baselines:
+                    self.study.enqueue_trial(dict(params), user_attrs={"baseline": True}, skip_if_exists=True)
+                self.study.set_user_attr("baselines_enqueued", True)
+
+    def _reap_dead_workers(self) -> None:
+        """Fail RUNNING trials whose worker on this host is gone, and enqueue one retry of each."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fail_stale_trials(self.study)  # other hosts, after the heartbeat grace period
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            attrs = trial.user_attrs
+            if attrs.get("host") != self.host:
+                continue
+            pid = attrs.get("pid")
+            if isinstance(pid, int) and (pid == os.getpid() or _pid_alive(pid)):
+                continue
+            self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+            self._retry(trial, reason="worker died")
+
+    def _retry(self, trial: FrozenTrial, *, reason: str) -> None:
+        retries = int(trial.user_attrs.get("retries", 0))
+        if retries >= MAX_RETRIES and reason != "interrupted":
+            log.warning("trial %d (%s) already retried; not retrying again", trial.number, reason)
+            return
+        self.study.enqueue_trial(
+            dict(trial.params),
+            user_attrs={"retry_of": trial.number, "retries": retries + 1, "retry_reason": reason},
+        )
+
+    def _counts(self) -> tuple[int, int]:
+        trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        done = sum(1 for t in trials if t.state is TrialState.COMPLETE)
+        return done, len(trials) - done
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self, hooks: Hooks | None = None) -> RunSummary:
+        if hooks is not None:
+            self.hooks = hooks
+        self._prepare()
+        started = time.monotonic()
+        ran = 0
+        interrupted = False
+        ctx = TrialContext(
+            space=self.space,
+            engine=self.engine,
+            probe=probe_for(self.engine),
+            log_dir=self.run_dir / "logs",
+            progress=self.progress,
+            live=self.live,
+        )
+        try:
+            while not self.stop_requested.is_set():
+                if self.timeout_s is not None and time.monotonic() - started > self.timeout_s:
+                    log.info("time budget of %.0f s spent", self.timeout_s)
+                    break
+                trial = self._ask()
+                if trial is None:
+                    break
+                outcome = self._run_one(trial, ctx)
+                ran += 1
+                if outcome is Outcome.INTERRUPTED:
+                    interrupted = True
+                    break
+        finally:
+            with contextlib.suppress(Exception):
+                ctx.probe.close()
+        done, _ = self._counts()
+        return RunSummary(study_name=self.name, completed=done, budget=self.budget, interrupted=interrupted, ran=ran)
+
+    def _ask(self) -> optuna.Trial | None:
+        with ask_lock(self.run_dir):
+            self._reap_dead_workers()
+            done, running = self._counts()
+            if done + running >= self.budget:
+                return None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                trial = self.study.ask()
+            trial.set_user_attr("host", self.host)
+            trial.set_user_attr("pid", os.getpid())
+            if self.hooks.on_start is not None:
+                self.hooks.on_start(trial.number, done)
+            return trial
+
+    def _run_one(self, trial: optuna.Trial, ctx: TrialContext) -> Outcome:
+        t0 = time.monotonic()
+        with _Heartbeat(self.study, trial):
+            config, params = suggest(self.space, trial)
+            chash = config_hash(self.engine, self.space, config)
+            trial.set_user_attr("cfg_hash", chash)
+            reused = self._measured_before(chash, exclude=trial.number)
+            if reused is not None:
+                return self._tell_reused(trial, reused, t0)
+            forbidden = forbidden_reason(self.space, params)
+            if forbidden is not None:
+                result = _not_launched(config, self.engine, Outcome.BAD_FLAG, f"forbidden combination: {forbidden}")
+            else:
+                phase_ctx = _with_phase_hook(ctx, trial.number, self.hooks)
+                result = run_trial(config, phase_ctx, label=f"trial-{trial.number:04d}")
+        return self._tell(trial, result, params, chash, t0)
+
+    def _measured_before(self, chash: str, *, exclude: int) -> FrozenTrial | None:
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.number != exclude and t.user_attrs.get("cfg_hash") == chash and "dedup_of" not in t.user_attrs:
+                return t
+        return None
+
+    def _tell_reused(self, trial: optuna.Trial, prior: FrozenTrial, t0: float) -> Outcome:
+        for key, value in prior.constraints.items():
+            trial.set_constraint(key, value)
+        for key in ("outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
+            if key in prior.user_attrs:
+                trial.set_user_attr(key, prior.user_attrs[key])
+        trial.set_user_attr("dedup_of", prior.number)
+        self.study.tell(trial, list(prior.values))
+        outcome = Outcome(prior.user_attrs.get("outcome", "ok"))
+        self._announce(trial.number, outcome, tuple(prior.values), is_feasible(prior.constraints),
+                       prior.number, f"same launch as trial {prior.number}: result reused", t0)
+        return outcome
+
+    def _tell(self, trial: optuna.Trial, result: TrialResult, params: dict[str, Any], chash: str, t0: float) -> Outcome:
+        space = self.space
+        objectives = _objectives(space)
+        constraints = constraint_values(result, space.constraints, objective_point=space.bench.objective_point)
+        feasible = result.ok and is_feasible(constraints)
+        metrics = metric_values(result, space.bench.objective_point)
+        outcome = result.outcome
+        if result.ok and not feasible:
+            outcome = Outcome.SLO_VIOLATION
+        message = result.failure.message if result.failure else ("feasible" if feasible else "SLO missed")
+        try:
+            self.store.record(
+                result,
+                study=self.name,
+                trial_number=trial.number,
+                params=params,
+                config_hash=chash,
+                feasible=feasible,
+            )
+        except StoreError as exc:
+            log.error("could not record trial %d: %s", trial.number, exc)
+        attrs = {
+            "outcome": outcome.value,
+            "feasible": feasible,
+            "failure": result.failure.outcome.value if result.failure else None,
+            "failure_message": (result.failure.message[:500] if result.failure else None),
+            "phase": result.failure.phase.value if result.failure else None,
+            "kv_tokens": metrics.get("kv_tokens"),
+            "output_throughput": metrics.get("output_throughput"),
+            "log": str(result.launch.log_path) if result.launch else None,
+        }
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        for key, value in constraints.items():
+            trial.set_user_attr(f"c_{key}", value)
+        if not result.outcome.blames_config and not result.ok:
+            # interrupted or infrastructure: not the configuration's fault, so FAIL and retry it
+            self.study.tell(trial, state=TrialState.FAIL)
+            frozen = self.study.get_trials(deepcopy=False)[trial.number]
+            self._retry(frozen, reason=result.outcome.value)
+            self._announce(trial.number, result.outcome, (), False, None, message, t0)
+            return result.outcome
+        for key, value in constraints.items():
+            trial.set_constraint(key, value)
+        worst = _worst_seen(self.study, objectives)
+        values = objective_values(result, objectives, objective_point=space.bench.objective_point, worst_seen=worst)
+        self.study.tell(trial, list(values))
+        self._announce(trial.number, outcome, values, feasible, None, message, t0)
+        return outcome
+
+    def _announce(self, number: int, outcome: Outcome, values: tuple[float, ...], feasible: bool,
+                  reused: int | None, message: str, t0: float) -> None:
+        if self.hooks.on_trial is not None:
+            self.hooks.on_trial(
+                TrialEvent(number=number, outcome=outcome, values=values, feasible=feasible,
+                           reused_from=reused, message=message, duration_s=time.monotonic() - t0)
+            )
+
+
+def _worst_seen(study: optuna.Study, objectives: tuple[Objective, ...]) -> dict[str, float]:
+    worst: dict[str, float] = {}
+    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if t.user_attrs.get("feasible")]
+    for i, obj in enumerate(objectives):
+        if obj.direction == "minimize" and trials:
+            worst[obj.metric] = max(t.values[i] for t in trials)
+    return worst
+
+
+def _not_launched(config: TrialConfig, engine: Engine, outcome: Outcome, message: str) -> TrialResult:
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    return TrialResult(
+        config=config, launch=None, outcome=outcome,
+        failure=Failure(outcome=outcome, phase=Phase.RENDER, message=message),
+        sglang_version=engine.sglang_version, started_at=now, finished_at=now,
+    )
+
+
+def _with_phase_hook(ctx: TrialContext, number: int, hooks: Hooks) -> TrialContext:
+    if hooks.on_phase is None:
+        return ctx
+    on_phase = hooks.on_phase
+    from dataclasses import replace
+
+    return replace(ctx, on_phase=lambda phase, detail: on_phase(number, phase, detail))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Heartbeat:
+    """Record the trial's heartbeat while it runs (ask/tell has no built-in heartbeat thread)."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        self._storage = study._storage
+        self._trial_id = trial._trial_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="heartbeat")
+
+    def _beat(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                self._storage.record_heartbeat(self._trial_id)  # type: ignore[attr-defined]
+            if self._stop.wait(HEARTBEAT_INTERVAL_S):
+                return
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+
+def params_for_trial(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
+    """TrialConfig of a stored trial's params (for confirm/export)."""
+    return config_from_params(space, params)
