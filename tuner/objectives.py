@@ -12,30 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tuner.config import TrialResult
+from tuner.space_sections import METRICS, Objective, Slo
 
 MAXIMIZE = "maximize"
 MINIMIZE = "minimize"
-
-# metric name -> (direction, where it comes from)
-METRICS: dict[str, str] = {
-    "output_throughput": MAXIMIZE,
-    "total_throughput": MAXIMIZE,
-    "request_throughput": MAXIMIZE,
-    "kv_tokens": MAXIMIZE,
-    "min_free_vram_mib": MAXIMIZE,
-    "ttft_p50_ms": MINIMIZE,
-    "ttft_p99_ms": MINIMIZE,
-    "tpot_p50_ms": MINIMIZE,
-    "tpot_p99_ms": MINIMIZE,
-    "itl_p50_ms": MINIMIZE,
-    "itl_p99_ms": MINIMIZE,
-    "e2e_p50_ms": MINIMIZE,
-    "e2e_p99_ms": MINIMIZE,
-}
 
 # our metric name -> BenchMetrics attribute
 _BENCH_FIELDS = {
@@ -54,36 +37,6 @@ _BENCH_FIELDS = {
 
 FAILURE_CONSTRAINT = "failure"
 PESSIMISTIC_LATENCY_MS = 600_000.0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Objective:
-    """One optimisation target."""
-
-    metric: str
-    direction: str  # maximize | minimize
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Slo:
-    """A constraint on a metric: `metric op limit` with op '<=' or '>='."""
-
-    metric: str
-    op: str
-    limit: float
-
-    @property
-    def key(self) -> str:
-        return f"slo:{self.metric}{self.op}{self.limit:g}"
-
-    def violation(self, value: float | None) -> float:
-        """> 0 when violated (relative to the limit), <= 0 when met; a missing value violates."""
-        if value is None or math.isnan(value):
-            return 1.0
-        scale = abs(self.limit) or 1.0
-        if self.op == "<=":
-            return (value - self.limit) / scale
-        return (self.limit - value) / scale
 
 
 def metric_values(result: TrialResult, objective_point: int = -1) -> dict[str, float | None]:
@@ -134,7 +87,7 @@ def constraint_values(result: TrialResult, slos: Sequence[Slo], *, objective_poi
     failed = not result.ok
     out = {FAILURE_CONSTRAINT: 1.0 if failed else 0.0}
     for slo in slos:
-        out[slo.key] = 1.0 if failed else slo.violation(values.get(slo.metric))
+        out[f"slo:{slo.name}"] = 1.0 if failed else slo.violation(values.get(slo.metric))
     return out
 
 

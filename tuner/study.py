@@ -33,9 +33,10 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult
 from tuner.engine import Engine, engine_for, probe_for
 from tuner.errors import FlagError, StoreError
-from tuner.objectives import Objective, constraint_values, is_feasible, metric_values, objective_values
+from tuner.objectives import constraint_values, is_feasible, metric_values, objective_values
 from tuner.orphans import LiveServers
 from tuner.space import SearchSpace, config_from_params, forbidden_reason, suggest
+from tuner.space_sections import Objective
 from tuner.store import SqlStore, optuna_storage_kwargs
 from tuner.trial import TrialContext, render_launch, run_trial
 
