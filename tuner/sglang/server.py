@@ -61,6 +61,7 @@ class ServerProcess:
         env = dict(os.environ)
         env.update(dict(spec.env))
         if spec.gpus:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the NVML index order the probe uses
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._started_at = self._clock()

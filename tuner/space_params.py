@@ -1,0 +1,285 @@
+"""Search-space parameters: kinds, value encoding (CUDA graphs, backend pairs), conditions.
+
+Every parameter value the sampler sees is a plain None/bool/int/float/str, so a
+study's categorical choices are frozen and storable: a CUDA-graph setting is one
+always-present categorical of strings ("off", "on", "max:64", "bs:1,2,4,8") and a
+sparse-attention backend pair is one categorical of "prefill/decode" strings.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from tuner.config import CudaGraph
+
+PARAM_NAME = r"[A-Za-z][A-Za-z0-9_.-]*"
+RESERVED_NAMES = frozenset({"reason"})
+
+
+class ParamKind(str, Enum):
+    """How a parameter is sampled."""
+
+    FLOAT = "float"
+    INT = "int"
+    CATEGORICAL = "categorical"
+    BOOL = "bool"
+    BACKEND_PAIR = "backend_pair"
+    CUDA_GRAPH = "cuda_graph"
+
+
+class Target(str, Enum):
+    """Which part of a TrialConfig a parameter sets."""
+
+    MEM_FRACTION = "mem_fraction_static"
+    CUDA_GRAPH = "cuda_graph"
+    BACKEND_PAIR = "sparse_backends"
+    FLAG = "flag"
+
+
+DISCRETE_KINDS = frozenset(
+    {ParamKind.CATEGORICAL, ParamKind.BOOL, ParamKind.BACKEND_PAIR, ParamKind.CUDA_GRAPH}
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Condition:
+    """`param` must currently hold one of `values` (encoded) for the owner to be suggested."""
+
+    param: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Param:
+    """One searched knob: its kind, range or choices, target and condition."""
+
+    name: str
+    kind: ParamKind
+    target: Target
+    flag: str | None = None  # for Target.FLAG: the SGLang flag without dashes
+    low: float | int | None = None
+    high: float | int | None = None
+    step: float | int | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()  # encoded values for discrete kinds
+    when: tuple[Condition, ...] = ()
+    source: str = ""  # "file:line" of the definition
+
+    @property
+    def is_discrete(self) -> bool:
+        return self.kind in DISCRETE_KINDS
+
+    def describe(self) -> str:
+        """The admissible values, for messages ("a number in [0.8, 0.95] step 0.01", "one of ...")."""
+        if self.kind in (ParamKind.FLOAT, ParamKind.INT):
+            noun = "an integer" if self.kind is ParamKind.INT else "a number"
+            extra = f" step {self.step:g}" if self.step is not None else ""
+            extra += " (log)" if self.log else ""
+            return f"{noun} in [{self.low:g}, {self.high:g}]{extra}"
+        return "one of " + ", ".join(show_choice(c) for c in self.choices)
+
+    def contains(self, value: Any) -> bool:
+        """True when `value` (already encoded) is admissible."""
+        if self.kind in (ParamKind.FLOAT, ParamKind.INT):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return False
+            if self.kind is ParamKind.INT and not isinstance(value, int):
+                return False
+            assert self.low is not None and self.high is not None
+            tol = 1e-9 * max(1.0, abs(self.high))
+            if value < self.low - tol or value > self.high + tol:
+                return False
+            if self.step is not None:
+                k = (value - self.low) / self.step
+                return abs(k - round(k)) < 1e-6
+            return True
+        return any(same_value(value, c) for c in self.choices)
+
+    def ends(self) -> tuple[Any, ...]:
+        """Representative values: every choice, or both ends of a range."""
+        if self.is_discrete:
+            return self.choices
+        return (self.low, self.high)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equality that keeps bools apart from ints and tolerates float rounding."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        return False
+    return type(a) is type(b) and a == b
+
+
+def show_choice(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# --- CUDA graph encoding -------------------------------------------------------------------------
+
+
+def encode_cuda_graph(raw: Any) -> str:
+    """ "off" | "on" | "max:N" | "bs:1,2,4" from YAML/CLI forms; ValueError otherwise.
+
+    Accepted: off/false, on/true (SGLang's default list), an integer (max batch size from which
+    SGLang derives its default list), an explicit ascending list of batch sizes, or an encoded string.
+    """
+    if raw is False or (isinstance(raw, str) and raw.strip().lower() in ("off", "false", "disabled")):
+        return "off"
+    if raw is True or (isinstance(raw, str) and raw.strip().lower() in ("on", "true", "default")):
+        return "on"
+    if isinstance(raw, int):
+        if raw < 1:
+            raise ValueError("a max batch size ≥ 1")
+        return f"max:{raw}"
+    if isinstance(raw, (list, tuple)):
+        return "bs:" + ",".join(str(b) for b in _batch_list(list(raw)))
+    if isinstance(raw, str):
+        text = raw.strip().replace(" ", "")
+        if text.startswith("max:") and text[4:].isdigit():
+            return encode_cuda_graph(int(text[4:]))
+        if text.isdigit():
+            return encode_cuda_graph(int(text))
+        body = (text[3:] if text.startswith("bs:") else text).strip("[]")
+        if re.fullmatch(r"\d+(,\d+)*", body):
+            return "bs:" + ",".join(str(b) for b in _batch_list([int(x) for x in body.split(",")]))
+    raise ValueError("off, on, a max batch size (integer) or a list of batch sizes")
+
+
+def _batch_list(items: list[Any]) -> list[int]:
+    if not items:
+        raise ValueError("a non-empty list of batch sizes")
+    for b in items:
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError("batch sizes that are integers ≥ 1")
+    if any(b >= c for b, c in zip(items, items[1:], strict=False)):
+        raise ValueError("strictly ascending batch sizes")
+    return items
+
+
+def decode_cuda_graph(code: str) -> CudaGraph:
+    """The TrialConfig value of an encoded CUDA-graph choice."""
+    if code == "off":
+        return CudaGraph(enabled=False)
+    if code == "on":
+        return CudaGraph(enabled=True)
+    if code.startswith("max:"):
+        return CudaGraph(enabled=True, max_bs=int(code[4:]))
+    if code.startswith("bs:"):
+        return CudaGraph(enabled=True, bs=tuple(int(b) for b in code[3:].split(",")))
+    raise ValueError(f"not an encoded CUDA-graph choice: {code!r}")
+
+
+# --- backend pairs -------------------------------------------------------------------------------
+
+
+def encode_backend_pair(raw: Any) -> str:
+    """ "prefill/decode" from the same string (spaces ignored); ValueError otherwise."""
+    if isinstance(raw, str):
+        parts = [p.strip() for p in raw.split("/")]
+        if len(parts) == 2 and all(re.fullmatch(r"[A-Za-z0-9_.-]+", p) for p in parts):
+            return f"{parts[0]}/{parts[1]}"
+    raise ValueError('a "prefill/decode" backend pair such as trtllm/trtllm')
+
+
+def split_backend_pair(code: str) -> tuple[str, str]:
+    prefill, decode = code.split("/")
+    return prefill, decode
+
+
+# --- value normalisation --------------------------------------------------------------------------
+
+
+def encode_value(param: Param, raw: Any) -> Any:
+    """A raw YAML value for `param` in the form the sampler stores; ValueError with what was expected."""
+    if param.kind is ParamKind.CUDA_GRAPH:
+        return encode_cuda_graph(raw)
+    if param.kind is ParamKind.BACKEND_PAIR:
+        return encode_backend_pair(raw)
+    if param.kind is ParamKind.BOOL:
+        if not isinstance(raw, bool):
+            raise ValueError("true or false")
+        return raw
+    if param.kind is ParamKind.FLOAT:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise ValueError("a number")
+        return float(raw)
+    if param.kind is ParamKind.INT:
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise ValueError("an integer")
+        return raw
+    if raw is not None and not isinstance(raw, (bool, int, float, str)):
+        raise ValueError("null, a boolean, a number or a string")
+    return raw
+
+
+def parse_text(param: Param, text: str) -> Any:
+    """A command-line value (`--set name=text`) for `param`, encoded; ValueError otherwise."""
+    stripped = text.strip()
+    if param.kind is ParamKind.CUDA_GRAPH:
+        return encode_cuda_graph(stripped)
+    if param.kind is ParamKind.BACKEND_PAIR:
+        return encode_backend_pair(stripped)
+    if param.kind is ParamKind.BOOL:
+        return _parse_bool(stripped)
+    if param.kind is ParamKind.FLOAT:
+        try:
+            return float(stripped)
+        except ValueError:
+            raise ValueError("a number") from None
+    if param.kind is ParamKind.INT:
+        try:
+            return int(stripped)
+        except ValueError:
+            raise ValueError("an integer") from None
+    for choice in param.choices:  # categorical: match the text form of a choice
+        if show_choice(choice) == stripped or (choice is None and stripped.lower() in ("none", "null", "~")):
+            return choice
+        if isinstance(choice, bool) and stripped.lower() in (
+            ("true", "yes", "on", "1") if choice else ("false", "no", "off", "0")
+        ):
+            return choice
+        if isinstance(choice, (int, float)) and not isinstance(choice, bool):
+            try:
+                if same_value(float(stripped), float(choice)):
+                    return choice
+            except ValueError:
+                pass
+    return stripped
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "yes", "on", "1"):
+        return True
+    if lowered in ("false", "no", "off", "0"):
+        return False
+    raise ValueError("true or false")
+
+
+def clean_float(param: Param, value: float) -> float:
+    """Round away the float noise of step arithmetic (0.8 + 5 * 0.01 = 0.8500000000000001)."""
+    if param.step is not None:
+        decimals = max(0, -math.floor(math.log10(param.step)) + 6) if param.step > 0 else 12
+        return round(value, min(decimals, 12))
+    return round(value, 12)
+
+
+def condition_holds(param: Param, values: dict[str, Any]) -> bool:
+    """True when every condition of `param` is met by the values chosen so far."""
+    for cond in param.when:
+        if cond.param not in values:
+            return False
+        if not any(same_value(values[cond.param], v) for v in cond.values):
+            return False
+    return True

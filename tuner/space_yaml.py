@@ -1,0 +1,260 @@
+"""Line-aware reading of space files: YAML nodes with their marks, typed getters, durations.
+
+Every getter raises ConfigError with "<key path>: <what was expected> (got <value>) in <file>:<line>".
+Duplicate keys and unknown keys are errors (PyYAML silently keeps the last of two equal keys).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from tuner.errors import ConfigError
+
+MISSING: Any = object()
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from 90, 1.5, "90s", "30m", "8h", "1h30m", "250ms"; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("a duration")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        if not text:
+            raise ValueError("a duration")
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            seconds = float(text)
+        else:
+            pos, seconds = 0, 0.0
+            for match in _DURATION_PART.finditer(text):
+                if match.start() != pos:
+                    raise ValueError("a duration")
+                seconds += float(match.group(1)) * _UNIT_S[match.group(2)]
+                pos = match.end()
+            if pos != len(text) or pos == 0:
+                raise ValueError("a duration")
+    else:
+        raise ValueError("a duration")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError("a duration")
+    return seconds
+
+
+def python_value(node: Node) -> Any:
+    """The plain Python value of a node, as yaml.safe_load would build it."""
+    constructor = yaml.constructor.SafeConstructor()
+    return constructor.construct_object(node, deep=True)
+
+
+def show(value: object) -> str:
+    """A value as the user would recognise it in an error message."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+class Source:
+    """One space file: its name for messages and its root node."""
+
+    def __init__(self, path: Path, display: str, root: MappingNode) -> None:
+        self.path = path
+        self.display = display
+        self.root = root
+
+    def where(self, node: Node) -> str:
+        return f"{self.display}:{node.start_mark.line + 1}"
+
+    def error(self, node: Node, key: str, message: str) -> ConfigError:
+        prefix = f"{key}: " if key else ""
+        return ConfigError(f"{prefix}{message} in {self.where(node)}")
+
+
+def read_source(path: str | Path) -> Source:
+    """Compose the YAML of `path` into nodes, keeping marks; the root must be a mapping."""
+    path = Path(path)
+    display = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read space file {display}: {exc.strerror or exc}") from exc
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"not valid YAML ({problem}) in {display}{line}") from exc
+    if root is None:
+        raise ConfigError(f"space file is empty; expected a mapping of settings in {display}:1")
+    if not isinstance(root, MappingNode):
+        raise ConfigError(f"space file must be a mapping of settings in {display}:{root.start_mark.line + 1}")
+    return Source(path, display, root)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+class Section:
+    """A YAML mapping with a key path, a fixed set of allowed keys and typed getters."""
+
+    def __init__(
+        self,
+        src: Source,
+        node: Node,
+        where: str,
+        allowed: Iterable[str] | None,
+        required: Sequence[str] = (),
+    ) -> None:
+        self.src = src
+        self.node = node
+        self.where = where
+        if not isinstance(node, MappingNode):
+            raise src.error(node, where, f"expected a mapping, got {show(python_value(node))}")
+        yaml.constructor.SafeConstructor().flatten_mapping(node)  # apply `<<:` merge keys
+        self.entries: dict[str, tuple[ScalarNode, Node]] = {}
+        allowed_list = list(allowed) if allowed is not None else None
+        for key_node, value_node in node.value:
+            key = python_value(key_node) if isinstance(key_node, ScalarNode) else None
+            if not isinstance(key, str):
+                raise src.error(key_node, where, f"keys must be strings (got {show(key)})")
+            if key in self.entries:
+                first = self.entries[key][0].start_mark.line + 1
+                raise src.error(key_node, _join(where, key), f"duplicate key (first given on line {first})")
+            if allowed_list is not None and key not in allowed_list:
+                raise src.error(
+                    key_node, _join(where, key), f"unknown key; allowed: {', '.join(allowed_list)}"
+                )
+            self.entries[key] = (key_node, value_node)
+        for key in required:
+            if key not in self.entries:
+                raise src.error(node, _join(where, key), "required key is missing")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.entries
+
+    def names(self) -> list[str]:
+        return list(self.entries)
+
+    def path(self, key: str) -> str:
+        return _join(self.where, key)
+
+    def value_node(self, key: str) -> Node:
+        return self.entries[key][1]
+
+    def key_node(self, key: str) -> Node:
+        return self.entries[key][0]
+
+    def error(self, key: str, message: str, *, at_key: bool = False) -> ConfigError:
+        node = self.entries[key][0 if at_key else 1] if key in self.entries else self.node
+        return self.src.error(node, self.path(key), message)
+
+    def raw(self, key: str, default: Any = MISSING) -> Any:
+        if key not in self.entries:
+            if default is MISSING:
+                raise self.src.error(self.node, self.path(key), "required key is missing")
+            return default
+        return python_value(self.entries[key][1])
+
+    def section(
+        self, key: str, allowed: Iterable[str] | None, required: Sequence[str] = ()
+    ) -> Section | None:
+        if key not in self.entries:
+            return None
+        node = self.entries[key][1]
+        if isinstance(node, ScalarNode) and python_value(node) is None:
+            return None  # a key with only comments under it
+        return Section(self.src, node, self.path(key), allowed, required)
+
+    def seq(self, key: str) -> list[Node]:
+        if key not in self.entries:
+            return []
+        node = self.entries[key][1]
+        if isinstance(node, ScalarNode) and python_value(node) is None:
+            return []
+        if not isinstance(node, SequenceNode):
+            raise self.error(key, f"expected a list, got {show(python_value(node))}")
+        return list(node.value)
+
+    def get_str(self, key: str, default: Any = MISSING, *, pattern: str | None = None, what: str = "") -> Any:
+        value = self.raw(key, default)
+        if key not in self.entries:
+            return value
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, f"expected {what or 'a non-empty string'} (got {show(value)})")
+        if pattern and not re.fullmatch(pattern, value):
+            raise self.error(key, f"expected {what or 'a string matching ' + pattern} (got {show(value)})")
+        return value
+
+    def get_choice(self, key: str, options: Sequence[str], default: Any = MISSING) -> Any:
+        value = self.raw(key, default)
+        if key in self.entries and value not in options:
+            raise self.error(key, f"expected one of {', '.join(options)} (got {show(value)})")
+        return value
+
+    def get_bool(self, key: str, default: Any = MISSING) -> Any:
+        value = self.raw(key, default)
+        if key in self.entries and not isinstance(value, bool):
+            raise self.error(key, f"expected true or false (got {show(value)})")
+        return value
+
+    def get_int(
+        self, key: str, default: Any = MISSING, *, min: int | None = None, nullable: bool = False
+    ) -> Any:
+        value = self.raw(key, default)
+        if key not in self.entries or (nullable and value is None):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, f"expected an integer (got {show(value)})")
+        if min is not None and value < min:
+            raise self.error(key, f"must be ≥ {min} (got {value})")
+        return value
+
+    def get_float(
+        self,
+        key: str,
+        default: Any = MISSING,
+        *,
+        min: float | None = None,
+        max: float | None = None,
+        above: float | None = None,
+        nullable: bool = False,
+    ) -> Any:
+        value = self.raw(key, default)
+        if key not in self.entries or (nullable and value is None):
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.error(key, f"expected a number (got {show(value)})")
+        if min is not None and value < min:
+            raise self.error(key, f"must be ≥ {min:g} (got {value:g})")
+        if max is not None and value > max:
+            raise self.error(key, f"must be ≤ {max:g} (got {value:g})")
+        if above is not None and value <= above:
+            raise self.error(key, f"must be > {above:g} (got {value:g})")
+        return float(value)
+
+    def get_duration(self, key: str, default: Any = MISSING, *, nullable: bool = False) -> Any:
+        value = self.raw(key, default)
+        if key not in self.entries or (nullable and value is None):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError:
+            raise self.error(
+                key, f"expected a duration such as 90s, 30m, 8h, 1h30m or seconds (got {show(value)})"
+            ) from None
