@@ -20,8 +20,8 @@ def result_line(result: TrialResult) -> str:
     if result.server is not None:
         parts.append(f"kv={result.server.kv_tokens}")
         parts.append(f"startup={result.server.startup_s:.1f}s")
-    if result.bench is not None and result.bench.points:
-        m = result.bench.points[-1].metrics
+    m = result.bench.objective_metrics if result.bench is not None else None
+    if m is not None:
         parts.append(f"out={m.output_throughput:.1f} tok/s total={m.total_throughput:.1f} tok/s")
     if result.min_free_mib:
         parts.append(f"min_free={min(result.min_free_mib)} MiB")

@@ -46,9 +46,8 @@ def metric_values(result: TrialResult, objective_point: int = -1) -> dict[str, f
         out["kv_tokens"] = float(result.server.kv_tokens)
     if result.min_free_mib:
         out["min_free_vram_mib"] = float(min(result.min_free_mib))
-    bench = result.bench
-    if bench is not None and bench.points:
-        metrics = bench.points[objective_point].metrics
+    metrics = result.bench.objective_metrics if result.bench is not None else None
+    if metrics is not None:
         for name, attr in _BENCH_FIELDS.items():
             value = getattr(metrics, attr, None)
             out[name] = float(value) if isinstance(value, (int, float)) else None

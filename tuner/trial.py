@@ -205,7 +205,7 @@ class _TrialRun:
         self.bench_result = result
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
-        metrics = result.points[space.bench.objective_point].metrics if result.points else None
+        metrics = result.objective_metrics
         if metrics is None or not metrics.completed:
             return Failure(
                 outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message="no benchmark request completed"

@@ -94,9 +94,8 @@ def steady_window(records: Sequence[RequestRecord], concurrency: int | None) -> 
     for r in records:
         if r.t_sent_s is None:
             continue
-        end = r.t_end_s if r.t_end_s is not None else r.t_sent_s
         edges.append((r.t_sent_s, 1))
-        edges.append((end, -1))
+        edges.append((r.t_end_s if r.t_end_s is not None else r.t_sent_s, -1))
     if not edges:
         return None
     edges.sort(key=lambda e: (e[0], e[1]))  # ends before starts at equal times
@@ -134,7 +133,7 @@ def steady_output_throughput(records: Sequence[RequestRecord], window: tuple[flo
 
 
 def output_source(successes: Sequence[RequestRecord]) -> str | None:
-    """"usage" or "requested" when all successful requests agree, "mixed" otherwise, None if none."""
+    """ "usage" or "requested" when all successful requests agree, "mixed" otherwise, None if none."""
     sources = {r.output_source for r in successes}
     if not sources:
         return None

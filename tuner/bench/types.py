@@ -35,6 +35,7 @@ class OutputSource(str, Enum):
 
     USAGE = "usage"  # the server's usage.completion_tokens
     REQUESTED = "requested"  # no usage arrived: the requested max tokens (SGLang's fallback)
+    EVENTS = "events"  # failed request without usage: the content events received (partial)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +91,26 @@ class RequestRecord:
             return None
         return (e2e - ttft) / (self.output_tokens - 1)
 
+    @property
+    def ttft_ms(self) -> float | None:
+        """ttft_s in ms (the store's request column)."""
+        return None if (v := self.ttft_s) is None else v * 1000.0
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """tpot_s in ms."""
+        return None if (v := self.tpot_s) is None else v * 1000.0
+
+    @property
+    def e2e_ms(self) -> float | None:
+        """e2e_s in ms."""
+        return None if (v := self.e2e_s) is None else v * 1000.0
+
+    @property
+    def input_tokens(self) -> int:
+        """The declared input length (what SGLang counts)."""
+        return self.input_tokens_declared
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LatencyStats:
@@ -136,6 +157,27 @@ class BenchMetrics:
     output_tokens_source: str | None  # "usage" | "requested" | "mixed"; None if nothing completed
 
 
+_STATS = ("mean", "median", "std", "p90", "p95", "p99")
+
+
+def _flat(group: str, stat: str) -> property:
+    def get(self: BenchMetrics) -> float:
+        return float(getattr(getattr(self, group), f"{stat}_ms"))
+
+    get.__doc__ = f"{group}.{stat}_ms under SGLang's flat result name."
+    return property(get)
+
+
+# SGLang's flat names (`p99_ttft_ms`, `median_itl_ms`, `mean_e2e_latency_ms`, ...) as read-only
+# views of the nested LatencyStats, so consumers can look metrics up by the names users know.
+for _group in ("ttft", "tpot", "itl", "e2e"):
+    for _stat in _STATS:
+        setattr(BenchMetrics, f"{_stat}_{_group}_ms", _flat(_group, _stat))
+        if _group == "e2e":
+            setattr(BenchMetrics, f"{_stat}_e2e_latency_ms", _flat(_group, _stat))
+del _group, _stat
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoadPointResult:
     """One load point: what was asked, what was measured, and the raw records."""
@@ -145,6 +187,7 @@ class LoadPointResult:
     records: tuple[RequestRecord, ...]
     warmup_requests: int  # warmup requests sent before T0 (0 = none)
     flushed: bool  # /flush_cache answered 200 before this point
+    client_cpu_s: float | None = None  # client process CPU seconds over T0..T1 (µs per event = this / events)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

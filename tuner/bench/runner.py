@@ -1,0 +1,406 @@
+"""Run the benchmark stage against a live server: warmup, flush, load points, self-check.
+
+I/O edge of the stage. Per load point: warmup through the same concurrency
+limit (excluded), /flush_cache, a settle pause, then T0 and the measured
+requests (fixed concurrency via a semaphore whose wait is not in TTFT, or a
+precomputed Poisson/gamma arrival schedule), then T1 when all have ended.
+
+A watchdog task enforces per-request first-content and idle limits and the
+stage deadline, and polls `server_died` (set by whoever watches the server
+process) every 20 ms: when it fires, every request still queued or in flight
+is cancelled and recorded as failed with class server_died, and the partial
+result comes back with crashed=True.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from time import perf_counter, process_time
+from typing import Any, TypeVar
+
+import httpx
+
+from tuner.bench import load
+from tuner.bench.client import Flight, HttpBackend, RequestSender, make_http_client, uncancel
+from tuner.bench.metrics import compute_metrics
+from tuner.bench.selfcheck import LoopLagProbe
+from tuner.bench.settings import BenchSettings, LoadPoint, RequestTimeouts, WorkloadKind
+from tuner.bench.types import BenchResult, ErrorClass, LoadPointResult, OutputSource, RequestRecord
+from tuner.bench.workload import RequestSpec, build_requests, load_dataset, warmup_specs
+from tuner.errors import BenchmarkError
+
+log = logging.getLogger(__name__)
+
+SETTLE_S = 1.0  # pause between warmup/flush and T0, as SGLang's benchmark does
+WATCH_TICK_S = 0.02  # server_died and deadline are noticed within this
+TIMEOUT_EVERY_TICKS = 5  # per-request limits are checked every 100 ms
+T = TypeVar("T")
+
+
+class _Aborted(Exception):
+    """The stage was ended (server died or deadline); the reason is on the stage."""
+
+
+class _Stage:
+    """The mutable state of one run: in-flight requests, the abort reason, the watchdog."""
+
+    def __init__(self, timeouts: RequestTimeouts, server_died: threading.Event | None) -> None:
+        self.timeouts = timeouts
+        self.server_died = server_died
+        self.deadline = perf_counter() + timeouts.stage_deadline_s
+        self.reason: ErrorClass | None = None
+        self.aborted = asyncio.Event()
+        self.flights: dict[asyncio.Task[RequestRecord], Flight] = {}
+
+    def abort(self, reason: ErrorClass) -> None:
+        if self.reason is not None:
+            return
+        log.warning("benchmark stage ended early: %s", reason.value)
+        self.reason = reason
+        self.aborted.set()
+        for task, flight in list(self.flights.items()):
+            if flight.reason is None:
+                flight.reason = reason
+            task.cancel()
+
+    def check(self) -> None:
+        if self.reason is None:
+            if self.server_died is not None and self.server_died.is_set():
+                self.abort(ErrorClass.SERVER_DIED)
+            elif perf_counter() >= self.deadline:
+                self.abort(ErrorClass.DEADLINE)
+        if self.reason is not None:
+            raise _Aborted
+
+    async def watch(self) -> None:
+        tick = 0
+        first_s, idle_s = self.timeouts.first_byte_s, self.timeouts.idle_read_s
+        while True:
+            await asyncio.sleep(WATCH_TICK_S)
+            with contextlib.suppress(_Aborted):
+                self.check()
+            tick += 1
+            if tick % TIMEOUT_EVERY_TICKS:
+                continue
+            now = perf_counter()
+            for task, f in list(self.flights.items()):
+                if f.t_sent is None or f.reason is not None:
+                    continue
+                if not f.has_content and now - f.t_sent > first_s:
+                    f.reason = ErrorClass.FIRST_BYTE_TIMEOUT
+                    task.cancel()
+                elif f.has_content and now - f.t_activity > idle_s:
+                    f.reason = ErrorClass.IDLE_TIMEOUT
+                    task.cancel()
+
+    async def race(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await coro unless the stage is aborted first (then cancel it and raise _Aborted)."""
+        self.check()
+        task = asyncio.ensure_future(coro)
+        waiter = asyncio.ensure_future(self.aborted.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise _Aborted
+        return task.result()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.race(asyncio.sleep(seconds))
+
+    async def run_requests(
+        self,
+        sender: RequestSender,
+        specs: tuple[RequestSpec, ...],
+        *,
+        label: str,
+        concurrency: int | None,
+        offsets_s: Any = None,
+        prepared: list[httpx.Request] | None = None,
+        on_done: Callable[[], None] | None = None,
+    ) -> list[RequestRecord]:
+        """Send specs bounded by `concurrency`, at `offsets_s` after now if given; one record each."""
+        sem = asyncio.Semaphore(concurrency) if concurrency is not None else None
+        spawned: list[tuple[asyncio.Task[RequestRecord], RequestSpec, float]] = []
+
+        def spawn(spec: RequestSpec, request: httpx.Request | None) -> None:
+            flight = Flight()
+            t_q = perf_counter()
+            task = asyncio.ensure_future(self._one(sender, spec, request, flight, label, t_q, sem))
+            flight.task = task
+            self.flights[task] = flight
+            task.add_done_callback(self._forget)
+            if on_done is not None:
+                task.add_done_callback(lambda _t: on_done())
+            spawned.append((task, spec, t_q))
+
+        start = perf_counter()
+        try:
+            for i, spec in enumerate(specs):
+                if offsets_s is not None:
+                    delay = start + float(offsets_s[i]) - perf_counter()
+                    if delay > 0:
+                        await self.sleep(delay)
+                if self.reason is not None:
+                    break
+                spawn(spec, prepared[i] if prepared is not None else None)
+        except _Aborted:
+            pass
+        results = await asyncio.gather(*(t for t, _, _ in spawned), return_exceptions=True)
+        records = []
+        for (_, spec, t_q), res in zip(spawned, results, strict=True):
+            if isinstance(res, RequestRecord):
+                records.append(res)
+            elif isinstance(res, asyncio.CancelledError):  # cancelled before it ever ran
+                records.append(_unsent(spec, label, t_q, self.reason or ErrorClass.CLIENT_ERROR))
+            else:
+                raise res  # a bug in our own code: keep the traceback
+        return records
+
+    def _forget(self, task: asyncio.Task[RequestRecord]) -> None:
+        self.flights.pop(task, None)
+
+    async def _one(
+        self,
+        sender: RequestSender,
+        spec: RequestSpec,
+        request: httpx.Request | None,
+        flight: Flight,
+        label: str,
+        t_q: float,
+        sem: asyncio.Semaphore | None,
+    ) -> RequestRecord:
+        if sem is not None:
+            try:
+                await sem.acquire()
+            except asyncio.CancelledError:
+                if flight.reason is None:
+                    raise
+                uncancel()
+                return _unsent(spec, label, t_q, flight.reason)
+        try:
+            return await sender.send(spec, flight, label=label, t_queued=t_q, request=request)
+        finally:
+            if sem is not None:
+                sem.release()
+
+
+def _unsent(spec: RequestSpec, label: str, t_q: float, reason: ErrorClass) -> RequestRecord:
+    return RequestRecord(
+        load_point=label,
+        index=spec.index,
+        input_tokens_declared=spec.input_tokens,
+        input_tokens_server=None,
+        output_tokens_requested=spec.output_tokens,
+        output_tokens=0,
+        output_source=OutputSource.EVENTS,
+        success=False,
+        error=reason,
+        error_text=f"never sent: {reason.value}",
+        t_queued_s=t_q,
+        t_sent_s=None,
+    )
+
+
+async def fetch_model(client: httpx.AsyncClient) -> str:
+    """The served model name: the first id of GET /v1/models."""
+    try:
+        resp = await client.get("/v1/models")
+        resp.raise_for_status()
+        return str(resp.json()["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise BenchmarkError(f"cannot read the model name from {client.base_url}v1/models: {exc}") from exc
+
+
+async def flush_cache(client: httpx.AsyncClient) -> bool:
+    """POST /flush_cache; True on 200. 400 (busy) and 404 (no such endpoint) are tolerated."""
+    try:
+        resp = await client.post("/flush_cache")
+    except httpx.HTTPError as exc:
+        log.warning("flush_cache failed: %s", exc)
+        return False
+    if resp.status_code != 200:
+        log.info("flush_cache answered %s; continuing without a flush", resp.status_code)
+    return resp.status_code == 200
+
+
+def _connections_needed(settings: BenchSettings) -> int:
+    return max((p.concurrency if p.concurrency is not None else p.prompts) for p in settings.load_points)
+
+
+async def run_benchmark(
+    base_url: str,
+    settings: BenchSettings,
+    *,
+    model: str | None = None,
+    server_died: threading.Event | None = None,
+    progress: bool = False,
+    settle_s: float = SETTLE_S,
+    http_backend: HttpBackend = HttpBackend.AIOHTTP,
+) -> BenchResult:
+    """Run every load point of settings against base_url; partial results if the server dies."""
+    if not settings.load_points:
+        raise BenchmarkError("benchmark settings have no load point")
+    wl = settings.workload
+    rows = load_dataset(wl) if wl.kind is not WorkloadKind.RANDOM else None
+    plans = [
+        build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows) for i, p in enumerate(settings.load_points)
+    ]
+    t_stage = perf_counter()
+    stage = _Stage(settings.timeouts, server_died)
+    probe = LoopLagProbe()
+    probe.start()
+    watchdog = asyncio.ensure_future(stage.watch())
+    bar = _Progress(settings.load_points) if progress else None
+    points: list[LoadPointResult] = []
+    client = make_http_client(
+        base_url,
+        max_connections=_connections_needed(settings),
+        timeouts=settings.timeouts,
+        backend=http_backend,
+    )
+    name = model or ""
+    try:
+        async with client:
+            try:
+                if not name:
+                    name = await stage.race(fetch_model(client))
+                sender = RequestSender(client, api=wl.api, model=name)
+                for i, (point, specs) in enumerate(zip(settings.load_points, plans, strict=True)):
+                    result = await _run_point(stage, client, sender, settings, point, specs, i, settle_s, bar)
+                    if result is not None:
+                        points.append(result)
+                    stage.check()
+            except _Aborted:
+                pass
+    finally:
+        watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watchdog
+        if bar is not None:
+            bar.close()
+    check = await probe.stop()
+    n = len(settings.load_points)
+    return BenchResult(
+        points=tuple(points),
+        objective_point=settings.objective_point % n,
+        model=name,
+        crashed=stage.reason is ErrorClass.SERVER_DIED,
+        deadline_hit=stage.reason is ErrorClass.DEADLINE,
+        client_bound=check.client_bound,
+        client_cpu_share=check.cpu_share,
+        loop_lag_p99_ms=check.loop_lag_p99_ms,
+        duration_s=perf_counter() - t_stage,
+    )
+
+
+async def _run_point(
+    stage: _Stage,
+    client: httpx.AsyncClient,
+    sender: RequestSender,
+    settings: BenchSettings,
+    point: LoadPoint,
+    specs: tuple[RequestSpec, ...],
+    index: int,
+    settle_s: float,
+    bar: _Progress | None,
+) -> LoadPointResult | None:
+    """Warmup, flush, settle, measure one load point; None if aborted before T0."""
+    label = point.label
+    n_warm = settings.warmup_requests if settings.warmup_requests is not None else (point.concurrency or 1)
+    warm = warmup_specs(specs, n_warm)
+    try:
+        if warm:
+            slots = point.concurrency or len(warm)
+            await stage.run_requests(sender, warm, label=f"{label}/warmup", concurrency=slots)
+            stage.check()
+        flushed = await stage.race(flush_cache(client)) if settings.flush_cache else False
+        if settle_s > 0:
+            await stage.sleep(settle_s)
+        stage.check()
+    except _Aborted:
+        return None
+    offsets = None
+    if point.request_rate is not None:
+        offsets = load.arrival_offsets_s(
+            len(specs), point.request_rate, point.burstiness, seed=settings.workload.seed + index
+        )
+    on_done = bar.advancer(index) if bar is not None else None
+    prepared = [sender.prepare(spec) for spec in specs]
+    cpu0 = process_time()
+    t0 = perf_counter()
+    records = await stage.run_requests(
+        sender,
+        specs,
+        label=label,
+        concurrency=point.concurrency,
+        offsets_s=offsets,
+        prepared=prepared,
+        on_done=on_done,
+    )
+    t1 = perf_counter()
+    cpu_s = process_time() - cpu0
+    metrics = compute_metrics(records, t0_s=t0, t1_s=max(t1, t0 + 1e-9), concurrency=point.concurrency)
+    return LoadPointResult(
+        point=point,
+        metrics=metrics,
+        records=tuple(records),
+        warmup_requests=len(warm),
+        flushed=flushed,
+        client_cpu_s=cpu_s,
+    )
+
+
+class _Progress:
+    """A rich progress bar: requests done / total, one line per load point."""
+
+    def __init__(self, points: tuple[LoadPoint, ...]) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        )
+        self._tasks = [self._progress.add_task(f"bench {p.label}", total=p.prompts) for p in points]
+        self._progress.start()
+
+    def advancer(self, index: int) -> Callable[[], None]:
+        task_id = self._tasks[index]
+        return lambda: self._progress.advance(task_id)
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+def benchmark(
+    base_url: str,
+    settings: BenchSettings,
+    *,
+    model: str | None = None,
+    server_died: threading.Event | None = None,
+    progress: bool = False,
+    settle_s: float = SETTLE_S,
+    http_backend: HttpBackend = HttpBackend.AIOHTTP,
+) -> BenchResult:
+    """Synchronous run_benchmark on a fresh event loop (uvloop when installed)."""
+    coro = run_benchmark(
+        base_url,
+        settings,
+        model=model,
+        server_died=server_died,
+        progress=progress,
+        settle_s=settle_s,
+        http_backend=http_backend,
+    )
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
