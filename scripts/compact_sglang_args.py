@@ -15,19 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-_ACTION_KIND = {
-    "_StoreAction": "store",
-    "_StoreTrueAction": "store_true",
-    "BooleanOptionalAction": "bool_optional",
-    "DeprecatedAliasStoreAction": "alias",
-    "DeprecatedAction": "removed",
-    "DeprecatedStoreTrueAction": "deprecated_store_true",
-    "DeprecatedStoreConstAction": "deprecated_store_const",
-    "LoRAPathAction": "store",
-    "_HelpAction": "help",
-}
-_VALUE_TYPE = {"int": "int", "float": "float", "human_readable_int": "int"}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tuner.sglang.introspect import compact_entries  # noqa: E402
 
 def _version_key(version: str) -> tuple[int, ...]:
     main, _, post = version.partition(".post")
@@ -41,22 +31,7 @@ def compact(folder: Path) -> dict:
     for path in sorted(folder.glob("*.json"), key=lambda p: _version_key(p.stem)):
         table = json.loads(path.read_text())
         ids = []
-        for opt in table["options"]:
-            kind = _ACTION_KIND[opt["action"]]
-            if kind == "help":
-                continue
-            nargs = opt["nargs"]
-            if kind not in ("store", "alias"):
-                nargs = 0
-            choices = opt["choices"]
-            entry = [
-                opt["opts"],
-                opt["dest"],
-                kind,
-                nargs,
-                _VALUE_TYPE.get(opt["type"] or "", "str"),
-                [str(c) for c in choices] if choices else None,
-            ]
+        for entry in compact_entries(table["options"]):
             key = json.dumps(entry)
             if key not in index:
                 index[key] = len(entries)

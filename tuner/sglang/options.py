@@ -33,7 +33,7 @@ class OptionSpec:
 
     @property
     def takes_value(self) -> bool:
-        return self.kind in ("store", "alias")
+        return self.kind in ("store", "alias") or (self.kind == "deprecated_store_const" and self.nargs != 0)
 
     @property
     def is_deprecated(self) -> bool:
@@ -155,7 +155,7 @@ def build_parser(table: OptionTable, *, prog: str = "launch_server", raising: bo
 
 def _add(parser: argparse.ArgumentParser, opt: OptionSpec) -> None:
     kw: dict = {"dest": opt.dest, "default": argparse.SUPPRESS}
-    if opt.kind in ("store", "alias"):
+    if opt.takes_value:
         if opt.nargs not in (None, 0):
             kw["nargs"] = opt.nargs
         kw["type"] = _TYPES.get(opt.value_type, str)

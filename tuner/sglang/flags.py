@@ -1,0 +1,525 @@
+"""Launch flags for one SGLang release: render a TrialConfig, check an argv, write a --config mapping.
+
+Pure functions over an `OptionTable` (the installed SGLang's parser or the
+built-in facts of a release). Spellings are looked up in the table by the
+dest they store into, never by comparing version numbers, so a release newer
+than every known one works as long as its parser keeps the dests. When an
+argv is wrong, the message names the flag, the release and, where the tables
+(or the few renames they cannot show, in `_HINTS`) know one, the spelling to
+use instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from tuner.config import FlagValue, TrialConfig
+from tuner.errors import ConfigError, FlagError
+from tuner.sglang.options import (
+    ArgvError,
+    OptionSpec,
+    OptionTable,
+    build_parser,
+    builtin_table,
+    known_versions,
+    version_key,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["config_to_argv", "config_yaml", "render_flags", "replacement", "validate_flags"]
+
+# Knob -> the dests that hold it, newest first.
+_MEM = ("mem_fraction_static",)
+_MAX_BS = ("cuda_graph_max_bs_decode", "cuda_graph_max_bs")
+_BS = ("cuda_graph_bs_decode", "cuda_graph_bs")
+_PREFILL = ("dsa_prefill_backend", "nsa_prefill_backend", "nsa_prefill")
+_DECODE = ("dsa_decode_backend", "nsa_decode_backend", "nsa_decode")
+_PHASE_OFF = ("--disable-decode-cuda-graph", "--disable-prefill-cuda-graph")
+
+_CANONICAL = ("store", "store_true", "bool_optional")
+_WORKING = (*_CANONICAL, "alias", "deprecated_store_true")
+_YAML_KINDS = ("store", "store_true", "alias")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Hint:
+    """A rename the option tables cannot show: what to use instead of `flag`, when `needs` exist."""
+
+    flag: str
+    needs: tuple[str, ...]
+    use: str
+
+
+_HINTS = (
+    _Hint(
+        flag="--enable-nan-detection",
+        needs=(),
+        use="the environment variable SGLANG_ENABLE_ASYNC_ASSERT=1 (stop on NaN) or "
+        "SGLANG_SANITIZE_NAN_LOGITS=1 (0.5.14+: sanitize and log) instead",
+    ),
+    _Hint(
+        flag="--enable-dp-attention",
+        needs=("--attn-dp-size",),
+        use="--attn-dp-size N instead of --dp-size N --enable-dp-attention",
+    ),
+    _Hint(
+        flag="--stream-output",
+        needs=("--incremental-streaming-output",),
+        use="--incremental-streaming-output",
+    ),
+    _Hint(
+        flag="--enable-piecewise-cuda-graph",
+        needs=("--cuda-graph-backend-prefill",),
+        use="--cuda-graph-backend-prefill breakable (prefill CUDA graphs are on by default)",
+    ),
+    _Hint(
+        flag="--enable-piecewise-cuda-graph",
+        needs=("--disable-piecewise-cuda-graph",),
+        use="the default (prefill CUDA graphs are on; --disable-piecewise-cuda-graph turns them off)",
+    ),
+    _Hint(
+        flag="--disable-piecewise-cuda-graph",
+        needs=("--cuda-graph-backend-prefill",),
+        use="--cuda-graph-backend-prefill disabled",
+    ),
+    _Hint(flag="--disable-cuda-graph", needs=_PHASE_OFF, use=" ".join(_PHASE_OFF)),
+)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render_flags(
+    config: TrialConfig,
+    table: OptionTable,
+    *,
+    fixed: Mapping[str, FlagValue] | None = None,
+    host: str = "127.0.0.1",
+    port: int,
+) -> tuple[str, ...]:
+    """The launch flags of `config` for `table`'s release (without `python -m sglang.launch_server`).
+
+    Order: `fixed` as given, the knobs, `config.flags` as given, then --host and --port.
+    Raises ConfigError when two sources set the same option, FlagError when the
+    release has no option for a knob that is set.
+    """
+    items: list[tuple[str, tuple[str, ...]]] = []  # (source, argv piece)
+    for name, value in (fixed or {}).items():
+        items.append((f"fixed flag {name!r}", _flag_tokens(name, value, table)))
+    items.extend(_knob_tokens(config, table))
+    for name, value in config.flags:
+        items.append((f"config flag {name!r}", _flag_tokens(name, value, table)))
+    items.append(("host", ("--host", host)))
+    items.append(("port", ("--port", str(port))))
+    _refuse_duplicates(items, table)
+    return tuple(token for _, piece in items for token in piece)
+
+
+def _knob_tokens(config: TrialConfig, table: OptionTable) -> list[tuple[str, tuple[str, ...]]]:
+    out: list[tuple[str, tuple[str, ...]]] = []
+    if config.mem_fraction_static is not None:
+        flag = _knob_flag(table, _MEM, "mem_fraction_static")
+        out.append(("mem_fraction_static", (flag, _text(config.mem_fraction_static))))
+    graph = config.cuda_graph
+    if graph is not None and not graph.enabled:
+        out.append(("cuda_graph.enabled", _graphs_off(table)))
+    elif graph is not None:
+        if graph.max_bs is not None:
+            flag = _knob_flag(table, _MAX_BS, "cuda_graph.max_bs")
+            out.append(("cuda_graph.max_bs", (flag, str(graph.max_bs))))
+        if graph.bs:
+            flag = _knob_flag(table, _BS, "cuda_graph.bs")
+            out.append(("cuda_graph.bs", (flag, *(str(b) for b in graph.bs))))
+    if config.sparse_prefill_backend is not None:
+        flag = _knob_flag(table, _PREFILL, "sparse_prefill_backend")
+        out.append(("sparse_prefill_backend", (flag, config.sparse_prefill_backend)))
+    if config.sparse_decode_backend is not None:
+        flag = _knob_flag(table, _DECODE, "sparse_decode_backend")
+        out.append(("sparse_decode_backend", (flag, config.sparse_decode_backend)))
+    return out
+
+
+def _canonical(table: OptionTable, dest: str, kinds: tuple[str, ...] = _CANONICAL) -> str | None:
+    """The first long spelling of the first option of `kinds` storing into `dest`."""
+    for opt in table.by_dest(dest):
+        if opt.kind in kinds:
+            return next((s for s in opt.opts if s.startswith("--")), None)
+    return None
+
+
+def _knob_flag(table: OptionTable, dests: tuple[str, ...], knob: str) -> str:
+    for dest in dests:
+        flag = _canonical(table, dest)
+        if flag:
+            return flag
+    raise FlagError(
+        f"{knob}: SGLang {table.version} has no launch option for it "
+        f"(expected one storing into {' or '.join(dests)}; table: {table.source})"
+    )
+
+
+def _graphs_off(table: OptionTable) -> tuple[str, ...]:
+    # --disable-cuda-graph works on the command line of every known release
+    # (deprecated but accepted from 0.5.14); a release without it gets the
+    # per-phase switches, which together mean the same.
+    legacy = _canonical(table, "disable_cuda_graph", _WORKING)
+    if legacy:
+        return (legacy,)
+    if all(_usable(table, flag) for flag in _PHASE_OFF):
+        return _PHASE_OFF
+    raise FlagError(
+        f"cuda_graph.enabled=False: SGLang {table.version} has neither --disable-cuda-graph "
+        f"nor {' and '.join(_PHASE_OFF)} (table: {table.source})"
+    )
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
+
+
+def _flag_tokens(name: str, value: FlagValue, table: OptionTable) -> tuple[str, ...]:
+    if not _NAME.match(name):
+        hint = name.lstrip("-").replace("_", "-")
+        raise ConfigError(
+            f"flag name {name!r}: expected the option's name without leading dashes, "
+            f"words joined by '-' (e.g. {hint!r})"
+        )
+    flag = f"--{name}"
+    if isinstance(value, bool):
+        if value:
+            return (flag,)
+        negative = f"--no-{name}"
+        spec = table.find(flag)
+        if spec is not None and spec.kind == "bool_optional" and negative in spec.opts:
+            return (negative,)
+        return ()
+    if isinstance(value, tuple):
+        return (flag, *(_text(v) for v in value))
+    return (flag, _text(value))
+
+
+def _text(value: object) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _refuse_duplicates(items: list[tuple[str, tuple[str, ...]]], table: OptionTable) -> None:
+    seen: dict[str, str] = {}
+    for source, piece in items:
+        if not piece:
+            continue
+        spec = _resolve(piece[0].split("=", 1)[0], table)
+        if spec is None:
+            continue  # validate_flags reports it with the release's own words
+        if spec.dest in seen:
+            raise ConfigError(
+                f"{piece[0]}: set twice for SGLang {table.version} "
+                f"(by {seen[spec.dest]} and by {source}); expected one of them"
+            )
+        seen[spec.dest] = source
+
+
+# --------------------------------------------------------------- validation
+
+
+def validate_flags(argv: Sequence[str], table: OptionTable) -> tuple[str, ...]:
+    """Check `argv` against `table`'s parser; raise FlagError where that release would fail.
+
+    Returns (and logs) warnings for spellings that work but should change:
+    deprecated aliases and abbreviations that a later release may make ambiguous.
+    """
+    problems: list[str] = []
+    warnings: list[str] = []
+    for token in argv:
+        if not token.startswith("--") or token == "--":
+            continue
+        flag = token.split("=", 1)[0]
+        spec = table.find(flag)
+        if spec is not None:
+            if spec.kind == "removed":
+                problems.append(_retired(flag, table))
+            elif spec.is_deprecated:
+                warnings.append(_deprecated(flag, table))
+            continue
+        matches = sorted(f for f in table.flags() if f.startswith(flag))
+        if len(matches) == 1:
+            warnings.append(
+                f"{flag} is an abbreviation of {matches[0]} in SGLang {table.version}; "
+                f"spell it out (a later release may add a flag that makes it ambiguous)"
+            )
+        elif matches:
+            problems.append(_missing(flag, table, ambiguous=matches))
+        elif " " not in token:
+            problems.append(_missing(flag, table))
+    if problems:
+        raise FlagError("\n".join(dict.fromkeys(problems)))
+    try:
+        build_parser(table).parse_args(list(argv))
+    except ArgvError as exc:
+        raise FlagError(_argparse_problem(str(exc), argv, table)) from None
+    for message in warnings:
+        log.warning("%s", message)
+    return tuple(warnings)
+
+
+def _missing(flag: str, table: OptionTable, *, ambiguous: Sequence[str] = ()) -> str:
+    if ambiguous:
+        what = f"{flag} is ambiguous in SGLang {table.version} (could match {', '.join(ambiguous)}"
+    else:
+        what = f"{flag} is not accepted by SGLang {table.version} ("
+    history = _history(flag, table)
+    if not history:
+        span = f"{known_versions()[0]}–{known_versions()[-1]}"
+        what += ("; " if ambiguous else "") + f"no release {span} has it"
+        near = difflib.get_close_matches(flag, sorted(table.flags()), n=3, cutoff=0.75)
+        tail = f"; did you mean {' or '.join(near)}?" if near else ""
+        return what + ")" + tail
+    first, last = history[0][0], history[-1][0]
+    sep = "; " if ambiguous else ""
+    if version_key(first) > version_key(table.version):
+        what += f"{sep}added in {first})"
+    elif version_key(last) < version_key(table.version):
+        what += f"{sep}removed in {_release_after(last, table)})"
+    else:
+        what += f"{sep}absent from this release, present in {first}–{last})"
+    use = replacement(flag, table)
+    return what + (f"; use {use}" if use else "")
+
+
+def _retired(flag: str, table: OptionTable) -> str:
+    use = replacement(flag, table)
+    return (
+        f"{flag} is retired in SGLang {table.version}: its parser knows the name only to stop "
+        f"or to ignore it (DeprecatedAction)" + (f"; use {use}" if use else "; drop it")
+    )
+
+
+def _deprecated(flag: str, table: OptionTable) -> str:
+    use = replacement(flag, table)
+    return f"{flag} is deprecated in SGLang {table.version} but still accepted" + (
+        f"; use {use}" if use else ""
+    )
+
+
+_ARGUMENT = re.compile(r"^argument (\S+): (.*)$", re.S)
+
+
+def _argparse_problem(message: str, argv: Sequence[str], table: OptionTable) -> str:
+    where = f"SGLang {table.version}"
+    found = _ARGUMENT.match(message)
+    if found:
+        flag = found.group(1).split("/")[0]
+        detail = found.group(2)
+        spec = table.find(flag)
+        got = re.search(r"'(.*?)'", detail)
+        got_text = got.group(1) if got else ""
+        if "invalid choice" in detail and spec is not None and spec.choices:
+            return (
+                f"{flag}: invalid choice {got_text!r} for {where} (valid choices: {', '.join(spec.choices)})"
+            )
+        if "invalid" in detail and "value" in detail and spec is not None:
+            many = spec.nargs not in (None, 0, 1)
+            shape = f"space-separated {spec.value_type}s" if many else f"one {spec.value_type}"
+            spaced = " ".join(re.split(r"[,\s]+", got_text))
+            fix = f"; write {flag} {spaced}" if many else ""
+            return f"{flag}: expected {shape} for {where} (got {got_text!r}){fix}"
+        if "expected" in detail and spec is not None:
+            return f"{flag}: wrong number of values for {where} ({detail}; nargs={spec.nargs!r})"
+        return f"{flag}: rejected by {where} ({detail})"
+    if message.startswith("unrecognized arguments:"):
+        stray = message.split(":", 1)[1].split()
+        return "; ".join(_stray(value, argv, where) for value in stray)
+    return f"argv rejected by {where}: {message}"
+
+
+def _stray(value: str, argv: Sequence[str], where: str) -> str:
+    index = list(argv).index(value) if value in argv else -1
+    before = next((argv[i] for i in range(index - 1, -1, -1) if argv[i].startswith("--")), None)
+    after = f" after {before}" if before else ""
+    return f"stray value {value!r}{after} rejected by {where} (that option takes fewer values)"
+
+
+# ------------------------------------------------------ rename knowledge
+
+
+@cache
+def _builtin_releases() -> tuple[OptionTable, ...]:
+    return tuple(builtin_table(v) for v in known_versions())
+
+
+def _releases(table: OptionTable) -> tuple[OptionTable, ...]:
+    tables = {t.version: t for t in _builtin_releases()}
+    tables[table.version] = table  # the installed parser is the truth for its own release
+    return tuple(sorted(tables.values(), key=lambda t: version_key(t.version)))
+
+
+def _history(flag: str, table: OptionTable) -> list[tuple[str, OptionSpec, OptionTable]]:
+    """(version, option, table) for every release whose parser knows `flag`, oldest first."""
+    out = []
+    for release in _releases(table):
+        spec = release.find(flag)
+        if spec is not None:
+            out.append((release.version, spec, release))
+    return out
+
+
+def _release_after(version: str, table: OptionTable) -> str:
+    later = [t.version for t in _releases(table) if version_key(t.version) > version_key(version)]
+    return later[0] if later else table.version
+
+
+def _usable(table: OptionTable, flag: str) -> bool:
+    spec = table.find(flag)
+    return spec is not None and spec.kind in _WORKING
+
+
+def replacement(flag: str, table: OptionTable) -> str | None:
+    """The spelling to use in `table`'s release instead of `flag`, or None if none is known.
+
+    Derived from the tables: an alias (or deprecated switch) names its dest's
+    canonical option; a flag that disappeared names the option that took over
+    its dest; a flag newer than the release names the older spelling of its
+    dest. `_HINTS` covers the renames no table shows (env vars, changed meaning).
+    """
+    for hint in _HINTS:
+        if hint.flag == flag and all(_usable(table, need) for need in hint.needs):
+            return hint.use
+    history = _history(flag, table)
+    for _, spec, release in reversed(history):
+        if spec.is_deprecated:
+            found = _spelling_in(table, release, spec.dest, exclude=flag, kinds=_CANONICAL)
+            if found:
+                return found
+    if history:
+        _, last, last_release = history[-1]
+        found = _canonical(table, last.dest)
+        if found and found != flag:
+            return found
+        _, first, first_release = history[0]
+        found = _spelling_in(table, first_release, first.dest, exclude=flag, kinds=_WORKING)
+        if found:
+            return found
+    return None
+
+
+def _spelling_in(
+    table: OptionTable, release: OptionTable, dest: str, *, exclude: str, kinds: tuple[str, ...]
+) -> str | None:
+    """A spelling `release` stores into `dest` that `table` accepts (canonically first)."""
+    candidates = [s for opt in release.by_dest(dest) for s in opt.opts if s != exclude]
+    for wanted in (_CANONICAL, kinds):
+        for spelling in candidates:
+            spec = table.find(spelling)
+            if spec is not None and spec.kind in wanted:
+                return spelling
+    return None
+
+
+# --------------------------------------------------------- --config YAML
+
+
+def config_yaml(argv_flags: Sequence[str], table: OptionTable) -> dict[str, object]:
+    """The SGLang `--config` mapping meaning the same as `argv_flags` for `table`'s release.
+
+    Keys are hyphenated flag names; values are typed scalars, lists for nargs
+    options and `true` for switches. What a config file of that release
+    refuses (deprecated switches, BooleanOptionalAction, retired flags) is
+    written as an accepted equivalent where one exists, else FlagError.
+    """
+    validate_flags(argv_flags, table)
+    if table.find("--config") is None:
+        raise FlagError(f"--config: SGLang {table.version} has no config file option (0.5.3+)")
+    groups = _groups(argv_flags, table)
+    dests = {spec.dest for spec, _, _ in groups}
+    # 0.5.22+: --dp-size N --enable-dp-attention (deprecated, refused in YAML) means --attn-dp-size N.
+    attn_dp = (
+        "dp_size" in dests
+        and any(s.dest == "enable_dp_attention" and s.kind == "deprecated_store_true" for s, _, _ in groups)
+        and _usable(table, "--attn-dp-size")
+    )
+    out: dict[str, object] = {}
+    for spec, spelling, values in groups:
+        if spelling == "--config":
+            raise FlagError("--config: a config file cannot name another config file")
+        if attn_dp and spec.dest in ("dp_size", "enable_dp_attention"):
+            if spec.dest == "dp_size":
+                out["attn-dp-size"] = _typed(spec, values)
+        elif spec.kind in _YAML_KINDS:
+            key_flag = _canonical(table, spec.dest, ("store", "store_true")) or spelling
+            out[key_flag[2:]] = True if spec.kind == "store_true" else _typed(spec, values)
+        else:
+            out.update(_yaml_equivalent(spec, spelling, table))
+    return out
+
+
+def _yaml_equivalent(spec: OptionSpec, spelling: str, table: OptionTable) -> dict[str, object]:
+    if spec.kind == "deprecated_store_true":
+        same = _canonical(table, spec.dest, ("store_true",))
+        if same:
+            return {same[2:]: True}
+        if spec.dest == "disable_cuda_graph" and all(_usable(table, f) for f in _PHASE_OFF):
+            return {f[2:]: True for f in _PHASE_OFF}
+    raise FlagError(
+        f"{spelling}: a SGLang {table.version} --config file refuses it (kind {spec.kind}); "
+        f"keep it on the command line"
+    )
+
+
+def _groups(argv: Sequence[str], table: OptionTable) -> list[tuple[OptionSpec, str, list[str]]]:
+    groups: list[tuple[OptionSpec, str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--"):
+            flag, eq, value = token.partition("=")
+            spec = _resolve(flag, table)
+            if spec is None:  # pragma: no cover - validate_flags ran first
+                raise FlagError(f"{flag}: not accepted by SGLang {table.version}")
+            spelling = flag if table.find(flag) else (_expand(flag, table) or flag)
+            groups.append((spec, spelling, [value] if eq else []))
+        elif groups:
+            groups[-1][2].append(token)
+    return groups
+
+
+def _resolve(flag: str, table: OptionTable) -> OptionSpec | None:
+    spec = table.find(flag)
+    if spec is None:
+        full = _expand(flag, table)
+        spec = table.find(full) if full else None
+    return spec
+
+
+def _expand(flag: str, table: OptionTable) -> str | None:
+    matches = [f for f in table.flags() if f.startswith(flag)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _typed(spec: OptionSpec, values: list[str]) -> object:
+    convert = {"int": int, "float": float}.get(spec.value_type, str)
+    typed = [convert(v) for v in values]
+    return typed[0] if spec.nargs is None and len(typed) == 1 else typed
+
+
+def config_to_argv(mapping: Mapping[str, object], table: OptionTable) -> tuple[str, ...]:
+    """The CLI tokens SGLang makes of a --config mapping (reference §1.2).
+
+    `--key value`; bool true on a store-true option -> `--key`, false -> nothing,
+    bool elsewhere -> `--key true|false`; list -> `--key v1 v2` (nothing if empty).
+    """
+    out: list[str] = []
+    for key, value in mapping.items():
+        flag = f"--{key}"
+        spec = table.find(flag)
+        if isinstance(value, bool):
+            if spec is not None and spec.kind == "store_true":
+                out.extend([flag] if value else [])
+            else:
+                out.extend([flag, str(value).lower()])
+        elif isinstance(value, list):
+            out.extend([flag, *(str(v) for v in value)] if value else [])
+        else:
+            out.extend([flag, str(value)])
+    return tuple(out)
