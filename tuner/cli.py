@@ -78,6 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _Stopper())
     try:

@@ -88,13 +88,15 @@ class Hooks:
 
 def make_storage(url: str) -> RDBStorage:
     """Optuna's RDB storage on the tuner's database, with heartbeats and one retry of stale trials."""
-    return RDBStorage(
-        url,
-        engine_kwargs=optuna_storage_kwargs(url),
-        heartbeat_interval=HEARTBEAT_INTERVAL_S,
-        grace_period=HEARTBEAT_GRACE_S,
-        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RDBStorage(
+            url,
+            engine_kwargs=optuna_storage_kwargs(url),
+            heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            grace_period=HEARTBEAT_GRACE_S,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
+        )
 
 
 def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
