@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tuner.config import Phase
 from tuner.errors import ConfigError, FlagError
 
 
@@ -31,7 +32,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"trial {ev.number}: {ev.outcome.value} {values} {ev.duration_s:.1f}s{reused} {ev.message[:100]}",
                   file=sys.stderr, flush=True)
 
-        summary = runner.run(Hooks(on_trial=on_trial))
+        def on_phase(number: int, phase: Phase, detail: str) -> None:
+            print(f"trial {number}: {phase.value} {detail}".rstrip(), file=sys.stderr, flush=True)
+
+        summary = runner.run(Hooks(on_trial=on_trial, on_phase=on_phase))
     else:
         with RunDisplay(budget=runner.budget, metric_names=metric_names) as display:
             summary = runner.run(

@@ -58,6 +58,7 @@ class TrialEvent:
     reused_from: int | None
     message: str
     duration_s: float
+    overhead_s: float | None = None  # the tuner's own time: everything but waiting on the server
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -147,11 +148,21 @@ def _objectives(space: SearchSpace) -> tuple[Objective, ...]:
     return tuple(Objective(metric=o.metric, direction=o.direction) for o in space.objectives)
 
 
+def lock_path(db_url: str, run_dir: Path) -> Path:
+    """Beside a SQLite file (every worker of that file sees it), else in the run directory."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        return Path(url.database).with_name(Path(url.database).name + ".tuner-lock")
+    return run_dir / ".ask.lock"
+
+
 @contextlib.contextmanager
-def ask_lock(run_dir: Path) -> Iterator[None]:
-    """Serialise count + ask between workers on this host."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / ".ask.lock").open("a") as fh:
+def ask_lock(path: Path) -> Iterator[None]:
+    """Serialise table creation and count + ask between workers on this host."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -193,23 +204,25 @@ class StudyRunner:
     ) -> None:
         self.space = space
         self.db_url = db_url
-        self.store = SqlStore(db_url)
-        self.study = open_study(space, db_url, study_name)
+        self.run_dir = Path(space.log_dir)
+        self.lock = lock_path(db_url, self.run_dir)
+        self.engine = engine_for(space, state_root=self.run_dir)
+        with ask_lock(self.lock):  # first creation of the tables must not race another worker
+            self.store = SqlStore(db_url)
+            self.study = open_study(space, db_url, study_name)
         self.name = self.study.study_name
         self.budget = n_trials or space.budget.n_trials
         self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
         self.hooks = hooks or Hooks()
-        self.run_dir = Path(space.log_dir)
         self.live = LiveServers(self.run_dir)
         self.stop_requested = threading.Event()
-        self.engine = engine_for(space, state_root=self.run_dir)
         self.progress = progress
         self.host = socket.gethostname()
 
     # -- bookkeeping under the lock -------------------------------------------------------------
 
     def _prepare(self) -> None:
-        with ask_lock(self.run_dir):
+        with ask_lock(self.lock):
             killed = self.live.stop_orphans()
             if killed:
                 log.warning("stopped %d process(es) of servers left by a killed run", len(killed))
@@ -287,7 +300,8 @@ class StudyRunner:
         return RunSummary(study_name=self.name, completed=done, budget=self.budget, interrupted=interrupted, ran=ran)
 
     def _ask(self) -> optuna.Trial | None:
-        with ask_lock(self.run_dir):
+        self._ask_started = time.monotonic()
+        with ask_lock(self.lock):
             self._reap_dead_workers()
             done, running = self._counts()
             if done + running >= self.budget:
@@ -377,22 +391,28 @@ class StudyRunner:
             self.study.tell(trial, state=TrialState.FAIL)
             frozen = self.study.get_trials(deepcopy=False)[trial.number]
             self._retry(frozen, reason=result.outcome.value)
-            self._announce(trial.number, result.outcome, (), False, None, message, t0)
+            self._announce(trial.number, result.outcome, (), False, None, message, t0, result)
             return result.outcome
         for key, value in constraints.items():
             trial.set_constraint(key, value)
         worst = _worst_seen(self.study, objectives)
         values = objective_values(result, objectives, objective_point=space.bench.objective_point, worst_seen=worst)
         self.study.tell(trial, list(values))
-        self._announce(trial.number, outcome, values, feasible, None, message, t0)
+        self._announce(trial.number, outcome, values, feasible, None, message, t0, result)
         return outcome
 
     def _announce(self, number: int, outcome: Outcome, values: tuple[float, ...], feasible: bool,
-                  reused: int | None, message: str, t0: float) -> None:
+                  reused: int | None, message: str, t0: float, result: TrialResult | None = None) -> None:
+        now = time.monotonic()
+        overhead = None
+        if result is not None:
+            t = result.timings
+            waited = t.wait_gpus_s + t.launch_s + t.gate_s + t.bench_s + t.teardown_s
+            overhead = max(0.0, now - getattr(self, "_ask_started", t0) - waited)
         if self.hooks.on_trial is not None:
             self.hooks.on_trial(
                 TrialEvent(number=number, outcome=outcome, values=values, feasible=feasible,
-                           reused_from=reused, message=message, duration_s=time.monotonic() - t0)
+                           reused_from=reused, message=message, duration_s=now - t0, overhead_s=overhead)
             )
 
 

@@ -199,7 +199,11 @@ class _TrialRun:
         result = self._timed(
             "bench",
             lambda: benchmark(
-                self.facts.base_url, space.bench, server_died=server.died, progress=self.ctx.progress
+                self.facts.base_url,
+                space.bench,
+                server_died=server.died,
+                progress=self.ctx.progress,
+                settle_s=space.bench.settle_s,
             ),
         )
         self.bench_result = result

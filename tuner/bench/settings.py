@@ -78,6 +78,7 @@ class BenchSettings:
     load_points: tuple[LoadPoint, ...] = (LoadPoint(concurrency=64),)
     warmup_requests: int | None = None  # None = one per concurrency slot (capped at 32 output tokens)
     flush_cache: bool = True
+    settle_s: float = 1.0  # pause after warmup/flush before the measured window starts
     timeouts: RequestTimeouts = field(default_factory=RequestTimeouts)
     objective_point: int = -1  # which load point's metrics feed the objectives
     enabled: bool = True

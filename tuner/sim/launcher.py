@@ -1,0 +1,322 @@
+"""`python -m tuner.sim`: parse, start the scheduler child, serve HTTP, stop like SGLang."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+
+from aiohttp import web
+
+from tuner.errors import TunerError
+from tuner.sglang.options import builtin_table
+from tuner.sim import args as simargs
+from tuner.sim import logfmt, memory, statefiles
+from tuner.sim.child import ChildJob, run_child
+from tuner.sim.engine import Engine, Request
+from tuner.sim.resolve import Launch, at_least, resolve_launch
+from tuner.sim.routes import make_app
+from tuner.sim.scenario import Scenario, load_scenario
+from tuner.sim.state import ServerState
+from tuner.sim.text import answer
+
+log = logging.getLogger(__name__)
+SCHEDULER_LOGGERS = ("tuner.sim.child", "tuner.sim.engine")
+
+
+class _Formatter(logging.Formatter):
+    """`[time TP0] msg` for scheduler loggers, `[time] msg` for the rest, bare for uvicorn-style lines."""
+
+    def __init__(self, scheduler_prefix: str) -> None:
+        super().__init__()
+        self._prefix = scheduler_prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if getattr(record, "bare", False):
+            return message
+        prefix = self._prefix if record.name in SCHEDULER_LOGGERS else ""
+        return logfmt.stamp(prefix, record.created) + message
+
+
+def _configure_logging(launch: Launch) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter("TP0" if launch.tp_size > 1 else ""))
+    root = logging.getLogger("tuner.sim")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    logging.getLogger("aiohttp").setLevel(logging.ERROR)
+
+
+def _kill_tree_and_self(child: BaseProcess | None) -> None:
+    """SGLang's kill_process_tree(include_parent=True): SIGKILL the children, then ourselves."""
+    if child is not None and child.pid and child.is_alive():
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    version = simargs.DEFAULT_VERSION
+    try:
+        sim, rest = simargs.split_sim_flags(argv)
+    except simargs.SimFlagError as exc:
+        simargs.sim_flag_error(version, str(exc))
+        return 2
+    try:
+        table = builtin_table(sim.sglang_version)
+        scenario = load_scenario(sim.scenario)
+    except TunerError as exc:
+        sys.stderr.write(f"tuner.sim: error: {exc}\n")
+        return 2
+    for warning in simargs.deprecation_warnings(table, rest):
+        sys.stderr.write(warning + "\n")
+    given = simargs.parse_sglang_argv(table, rest)  # exits 2 like SGLang
+    try:
+        launch = resolve_launch(scenario, sim.sglang_version, given, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except (ValueError, TypeError) as exc:
+        sys.stderr.write(f"tuner.sim: error: {exc}\n")
+        return 2
+    _configure_logging(launch)
+    plan = memory.plan_memory(
+        scenario,
+        tp_size=launch.tp_size,
+        fraction=launch.mem_fraction_static,
+        kv_dtype=launch.kv_cache_dtype,
+        captured_bs=launch.captured_bs,
+    )
+    seed = sim.seed if sim.seed is not None else random.SystemRandom().randrange(2**31)
+    return _run(scenario, launch, plan, sim, seed, argv)
+
+
+def _run(
+    scenario: Scenario,
+    launch: Launch,
+    plan: memory.MemoryPlan,
+    sim: simargs.SimOptions,
+    seed: int,
+    argv: list[str],
+) -> int:
+    state_dir = statefiles.state_dir()
+    if state_dir:
+        statefiles.write_gpus(state_dir, scenario)
+    if at_least(launch.version, "0.5.10") and launch.enable_nan_detection:
+        log.warning(
+            "--enable-nan-detection is deprecated. Use SGLANG_SPEC_NAN_DETECTION=1 and SGLANG_SPEC_OOB_DETECTION=1 instead."
+        )
+    log.info(logfmt.server_args_line(launch.args))
+    if scenario.model.sparse_attention:
+        log.info(logfmt.backends_line(launch))
+
+    child: BaseProcess | None = None
+
+    def on_sigquit_launch(signum: int, frame: object) -> None:
+        log.error(logfmt.SIGQUIT_LAUNCH)
+        _kill_tree_and_self(child)
+
+    signal.signal(signal.SIGQUIT, on_sigquit_launch)
+    if sim.inject.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    job = ChildJob(
+        scenario=scenario,
+        launch=launch,
+        plan=plan,
+        inject=sim.inject,
+        state_dir=state_dir,
+        parent_pid=os.getpid(),
+    )
+    ctx = multiprocessing.get_context("fork")
+    parent_conn, child_conn = ctx.Pipe()
+    child = ctx.Process(target=run_child, args=(job, child_conn), name="scheduler_0", daemon=False)
+    try:
+        child.start()
+        child_conn.close()
+        facts = _wait_ready(launch, child, parent_conn)
+        return asyncio.run(_serve(scenario, launch, plan, sim, seed, argv, child, parent_conn, facts))
+    except KeyboardInterrupt:
+        if child.pid and child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+        return 1
+
+
+def _wait_ready(launch: Launch, child: BaseProcess, conn: Connection) -> dict:
+    while True:
+        if conn.poll(0.05):
+            try:
+                kind, facts = conn.recv()
+            except EOFError:
+                kind, facts = "eof", {}
+            if kind == "ready":
+                return facts
+        if not child.is_alive():
+            child.join(0.1)
+            code = child.exitcode if child.exitcode is not None else -9
+            log.error(logfmt.rank_dead(launch.version, code))
+            _kill_tree_and_self(child)
+
+
+async def _serve(
+    scenario: Scenario,
+    launch: Launch,
+    plan: memory.MemoryPlan,
+    sim: simargs.SimOptions,
+    seed: int,
+    argv: list[str],
+    child: BaseProcess,
+    conn: Connection,
+    facts: dict,
+) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    exit_code = {"code": 0}
+
+    def send(message: tuple) -> None:
+        try:
+            conn.send(message)
+        except (BrokenPipeError, OSError):
+            pass
+
+    engine = Engine(
+        scenario=scenario,
+        launch=launch,
+        plan=plan,
+        seed=seed,
+        on_crash=lambda text: send(("crash", text)),
+        on_peak=lambda mib: send(("peak", mib)),
+        crash_after_requests=sim.inject.crash_after_requests,
+    )
+    logging.getLogger("tuner.sim.engine").info(
+        logfmt.kv_summary(
+            launch,
+            plan.kv_tokens,
+            engine.max_running,
+            scenario.model.context_len,
+            facts.get("avail_mib", plan.free_mib),
+        )
+    )
+    state = ServerState(
+        scenario=scenario, launch=launch, plan=plan, engine=engine, argv=("python", "-m", "tuner.sim", *argv)
+    )
+
+    def on_sigquit() -> None:
+        log.error(logfmt.sigquit_running())
+        _kill_tree_and_self(child)
+
+    loop.add_signal_handler(signal.SIGQUIT, on_sigquit)
+    if not sim.inject.ignore_sigterm:
+        loop.add_signal_handler(signal.SIGTERM, lambda: _start_drain(state, stop))
+        loop.add_signal_handler(
+            signal.SIGINT,
+            lambda: (exit_code.update(code=0), setattr(state, "status", "Stopping"), stop.set()),
+        )
+
+    engine_task = asyncio.create_task(engine.run())
+    runner = web.AppRunner(make_app(state), access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, launch.host, launch.port, reuse_address=True).start()
+    except OSError as exc:
+        log.error(
+            f"[Errno {exc.errno}] error while attempting to bind on address ({launch.host!r}, {launch.port}): {exc.strerror}"
+        )
+        _kill_tree_and_self(child)
+    log.info(logfmt.uvicorn_running(launch.host, launch.port), extra={"bare": True})
+    watch = asyncio.create_task(_watch_child(state, child))
+    if sim.inject.crash_after_ready_s is not None:
+        loop.call_later(
+            sim.inject.crash_after_ready_s,
+            lambda: (
+                engine.dead
+                or send(
+                    (
+                        "crash",
+                        logfmt.scheduler_exception(
+                            "forward",
+                            "RuntimeError: CUDA error: an illegal memory access was encountered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+                        ),
+                    )
+                )
+            ),
+        )
+    if not launch.skip_server_warmup:
+        req = Request(
+            prompt_tokens=4,
+            answer=answer(
+                "The capital city of France is", max_tokens=8, ignore_eos=False, temperature=0, request_seed=0
+            ),
+        )
+        engine.submit(req)
+        while (item := await req.queue.get()) is not None and isinstance(item, tuple):
+            pass
+    if state.status == "Starting":
+        state.status = "Up"
+        log.info(logfmt.READY)
+    await stop.wait()
+    if state.status == "Draining":
+        send(("exit",))
+        await _join(child, 15.0)
+        if not at_least(launch.version, "0.5.20"):
+            _kill_tree_and_self(None)  # 0.5.9's shutdown ends with SIGKILL of the launcher itself
+    else:  # SIGINT: stop now; the children are killed, not asked
+        if child.pid and child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+    watch.cancel()
+    engine.kill()
+    await asyncio.gather(engine_task, return_exceptions=True)
+    await runner.cleanup()
+    return exit_code["code"]
+
+
+def _start_drain(state: ServerState, stop: asyncio.Event) -> None:
+    if state.status == "Draining":
+        return
+    log.info(logfmt.sigterm_received())
+    state.status = "Draining"
+
+    async def drain() -> None:
+        last_log = 0.0
+        while state.engine.in_flight or state.active_http:
+            if time.monotonic() - last_log >= 5.0:
+                last_log = time.monotonic()
+                log.info(logfmt.gracefully_exiting(state.engine.in_flight))
+            await asyncio.sleep(0.05)
+        stop.set()
+
+    asyncio.get_running_loop().create_task(drain())
+
+
+async def _join(child: BaseProcess, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while child.is_alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    if child.is_alive() and child.pid:
+        log.info("Schedulers still alive after the shutdown request; killing them")
+        os.kill(child.pid, signal.SIGKILL)
+
+
+async def _watch_child(state: ServerState, child: BaseProcess) -> None:
+    """SGLang's SubprocessWatchdog (0.5.10+): a child that exits on its own takes the tree down."""
+    while True:
+        await asyncio.sleep(0.1)
+        if child.is_alive() or state.status in ("Draining", "Stopping"):
+            continue
+        child.join(0.1)
+        state.engine.kill()
+        if at_least(state.launch.version, "0.5.10"):
+            code = child.exitcode if child.exitcode is not None else -9
+            log.error(logfmt.subprocess_crashed("scheduler_0", child.pid or 0, code))
+            os.kill(os.getpid(), signal.SIGQUIT)
+        return

@@ -1,0 +1,211 @@
+"""SGLang's log lines, per pretended release (pure string builders; reference §4)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tuner.sim.resolve import Launch, at_least
+
+
+def stamp(prefix: str = "", now_s: float | None = None) -> str:
+    """`[YYYY-mm-dd HH:MM:SS TP0] ` for scheduler lines, `[YYYY-mm-dd HH:MM:SS] ` for the main process."""
+    t = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() if now_s is None else now_s))
+    return f"[{t}{' ' + prefix if prefix else ''}] "
+
+
+def gb(mib: float) -> str:
+    return f"{mib / 1024:.2f}"
+
+
+def server_args_line(args: dict[str, Any]) -> str:
+    inner = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
+    return f"server_args=ServerArgs({inner})"
+
+
+def backends_line(launch: Launch) -> str:
+    word = "DSA" if at_least(launch.version, "0.5.13") else "NSA"
+    return (
+        f"Set {word} backends for {launch.kv_cache_dtype} KV Cache: "
+        f"prefill={launch.prefill_backend}, decode={launch.decode_backend}."
+    )
+
+
+def load_begin(avail_mib: float) -> str:
+    return f"Load weight begin. avail mem={gb(avail_mib)} GB"
+
+
+def load_end(elapsed_s: float, architecture: str, dtype: str, avail_mib: float, usage_mib: float) -> str:
+    return (
+        f"Load weight end. elapsed={elapsed_s:.2f} s, type={architecture}, dtype={dtype}, "
+        f"avail mem={gb(avail_mib)} GB, mem usage={gb(usage_mib)} GB."
+    )
+
+
+def kv_allocated(launch: Launch, tokens: int, kv_mib: float, torch_dtype: str) -> str:
+    dtype = f"dtype: {torch_dtype}, " if at_least(launch.version, "0.5.13") else ""
+    return f"KV Cache is allocated. {dtype}#tokens: {tokens}, KV size: {gb(kv_mib)} GB"
+
+
+def pool_end(avail_mib: float) -> str:
+    return f"Memory pool end. avail mem={gb(avail_mib)} GB"
+
+
+def capture_begin(launch: Launch, avail_mib: float) -> str:
+    bs = list(launch.captured_bs)
+    if at_least(launch.version, "0.5.22"):
+        return f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem={gb(avail_mib)} GB"
+    if at_least(launch.version, "0.5.14"):
+        key = "num_tokens_per_req" if at_least(launch.version, "0.5.16") else "num_tokens_per_bs"
+        return (
+            f"Capture target decode CUDA graph begin. backend=full, bs={bs}, {key}=1, "
+            f"avail mem={gb(avail_mib)} GB"
+        )
+    return f"Capture cuda graph begin. This can take up to several minutes. avail mem={gb(avail_mib)} GB"
+
+
+def capture_end(launch: Launch, elapsed_s: float, usage_mib: float, avail_mib: float) -> str:
+    if at_least(launch.version, "0.5.22"):
+        return (
+            f"Capture target decode CUDA graph end. bs={list(launch.captured_bs)}, elapsed={elapsed_s:.2f} s, "
+            f"mem usage={gb(usage_mib)} GB, avail mem={gb(avail_mib)} GB."
+        )
+    if at_least(launch.version, "0.5.14"):
+        return (
+            f"Capture target decode CUDA graph end. elapsed={elapsed_s:.2f} s, "
+            f"mem usage={gb(usage_mib)} GB, avail mem={gb(avail_mib)} GB."
+        )
+    return (
+        f"Capture cuda graph end. Time elapsed: {elapsed_s:.2f} s. mem usage={gb(usage_mib)} GB. "
+        f"avail mem={gb(avail_mib)} GB."
+    )
+
+
+def kv_summary(launch: Launch, tokens: int, max_running: int, context_len: int, avail_mib: float) -> str:
+    chunk = launch.chunked_prefill_size
+    max_prefill = 16384 if chunk < 0 else max(chunk, 16384)
+    return (
+        f"max_total_num_tokens={tokens}, chunked_prefill_size={chunk}, max_prefill_tokens={max_prefill}, "
+        f"max_running_requests={max_running}, context_len={context_len}, available_gpu_mem={gb(avail_mib)} GB"
+    )
+
+
+def uvicorn_running(host: str, port: int) -> str:
+    return f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)"
+
+
+READY = "The server is fired up and ready to roll!"
+
+
+def decode_batch(
+    running: int, used_tokens: int, usage: float, graph: bool, gen_tok_s: float, queued: int
+) -> str:
+    return (
+        f"Decode batch, #running-req: {running}, #token: {used_tokens}, token usage: {usage:.2f}, "
+        f"cuda graph: {graph}, gen throughput (token/s): {gen_tok_s:.2f}, #queue-req: {queued}"
+    )
+
+
+def prefill_batch(
+    version: str, new_seq: int, new_tokens: int, usage: float, running: int, queued: int, in_tok_s: float
+) -> str:
+    head = f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_tokens}, #cached-token: 0, token usage: {usage:.2f}, "
+    if at_least(version, "0.5.20"):
+        return (
+            head
+            + f"#running-req: {running}, #queue-req: {queued}, #pending-token: 0, cuda graph: False, input throughput (token/s): {in_tok_s:.2f}"
+        )
+    return (
+        head
+        + f"#running-req: {running}, #queue-req: {queued}, input throughput (token/s): {in_tok_s:.2f}, cuda graph: False"
+    )
+
+
+NAN = "Detected errors during sampling! NaN in the logits."
+DECODE_OOM = "Decode out of memory. Try to lower your batch size."
+SIGQUIT_LAUNCH = "Received sigquit from a child process. It usually means the child failed."
+
+
+def sigquit_running() -> str:
+    return "SIGQUIT received. signum=3, frame=None. It usually means one child failed."
+
+
+def sigterm_received() -> str:
+    return "SIGTERM received. signum=15 frame=None. Draining requests and shutting down..."
+
+
+def gracefully_exiting(remaining: int) -> str:
+    return f"Gracefully exiting... Remaining number of requests {remaining}. Waiting for them to finish."
+
+
+def subprocess_crashed(name: str, pid: int, code: int) -> str:
+    return f"Subprocess {name} (pid={pid}) crashed with exit code {code}. Triggering SIGQUIT for cleanup..."
+
+
+def rank_dead(version: str, code: int) -> str:
+    if at_least(version, "0.5.20"):
+        return (
+            f"Rank 0 scheduler died during initialization (exit code: {code}). If exit code is -9 (SIGKILL), "
+            "a common cause is the OS OOM killer. Check `dmesg` for details."
+        )
+    return f"Rank 0 scheduler is dead. Please check if there are relevant logs.\nExit code: {code}"
+
+
+def not_enough_memory(version: str, fraction: float) -> str:
+    what = "mem_fraction_static" if at_least(version, "0.5.20") else "self.server_args.mem_fraction_static"
+    return (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        f"Current value: {what}={fraction}"
+    )
+
+
+def cuda_oom(tried_mib: float, total_mib: float, free_mib: float) -> str:
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried_mib / 1024:.2f} GiB. "
+        f"GPU 0 has a total capacity of {total_mib / 1024:.2f} GiB of which {max(free_mib, 0):.2f} MiB is free. "
+        "Of the allocated memory all but a little is allocated by PyTorch."
+    )
+
+
+def capture_failed(version: str, cause: str) -> str:
+    if at_least(version, "0.5.20"):
+        max_flag, off = "--cuda-graph-max-bs-decode", "--cuda-graph-backend-decode=disabled"
+    else:
+        max_flag, off = "--cuda-graph-max-bs", "--disable-cuda-graph"
+    return (
+        f"Exception: Capture cuda graph failed: {cause}\n"
+        "Possible solutions:\n"
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+        f"2. set {max_flag} to a smaller value (e.g., 16)\n"
+        "3. disable torch compile by not using --enable-torch-compile\n"
+        f"4. disable CUDA graph by {off}. (Not recommended. Huge performance loss)\n"
+        "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "
+    )
+
+
+_FRAMES = {
+    "load": [("model_executor/model_runner.py", 312, "load_model")],
+    "kv": [("model_executor/model_runner.py", 455, "init_memory_pool")],
+    "capture": [
+        ("model_executor/model_runner.py", 521, "init_device_graphs"),
+        ("model_executor/cuda_graph_runner.py", 402, "__init__"),
+    ],
+    "forward": [
+        ("managers/scheduler.py", 1105, "event_loop_overlap"),
+        ("managers/tp_worker.py", 288, "forward_batch_generation"),
+        ("model_executor/model_runner.py", 1890, "forward"),
+    ],
+    "device": [("managers/scheduler.py", 301, "__init__")],
+}
+
+
+def scheduler_exception(where: str, error: str) -> str:
+    """`Scheduler hit an exception: Traceback ...` ending in `error` (may span lines)."""
+    lines = ["Scheduler hit an exception: Traceback (most recent call last):"]
+    lines.append(
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2870, in run_scheduler_process'
+    )
+    for path, line, func in _FRAMES.get(where, _FRAMES["forward"]):
+        lines.append(f'  File "/sgl-workspace/sglang/python/sglang/srt/{path}", line {line}, in {func}')
+    lines.append(error)
+    return "\n".join(lines)

@@ -1,0 +1,209 @@
+"""From parsed flags, scenario and environment to the resolved launch (pure)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.sglang.options import version_key
+from tuner.sim import memory
+from tuner.sim.scenario import BEHAVIOURS, Scenario
+
+
+def at_least(version: str, floor: str) -> bool:
+    return version_key(version) >= version_key(floor)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Launch:
+    """Every setting of one simulated launch, resolved like SGLang resolves its ServerArgs."""
+
+    version: str
+    model_path: str
+    served_model_name: str
+    host: str
+    port: int
+    tp_size: int
+    visible_gpus: tuple[int, ...]  # physical indices after CUDA_VISIBLE_DEVICES
+    mem_fraction_static: float
+    chunked_prefill_size: int
+    max_running_requests: int | None  # None = from the KV pool
+    graphs: bool
+    captured_bs: tuple[int, ...]  # () when graphs are off
+    cuda_graph_max_bs: int | None
+    kv_cache_dtype: str  # resolved (never 'auto')
+    prefill_backend: str | None
+    decode_backend: str | None
+    behaviour: str  # worst behaviour of the backend pair
+    unsupported_error: str
+    enable_metrics: bool
+    enable_nan_detection: bool
+    decode_log_interval: int
+    skip_server_warmup: bool
+    args: dict[str, Any]  # the ServerArgs-like dict, for the log dump and /server_info
+
+    @property
+    def used_gpus(self) -> tuple[int, ...]:
+        return self.visible_gpus[: self.tp_size]
+
+
+def visible_gpus(env_value: str | None, count: int) -> tuple[int, ...]:
+    """Physical GPUs seen through CUDA_VISIBLE_DEVICES (enumeration stops at the first bad entry)."""
+    if env_value is None:
+        return tuple(range(count))
+    seen: list[int] = []
+    for part in env_value.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) >= count or int(part) in seen:
+            break
+        seen.append(int(part))
+    return tuple(seen)
+
+
+def default_backends(version: str, kv_dtype: str, sm_major: int, architecture: str) -> tuple[str, str]:
+    """SGLang's automatic DSA backends (reference §2.2)."""
+    fp8 = kv_dtype.startswith("fp8")
+    if not fp8:
+        return ("flashmla_sparse", "trtllm") if sm_major >= 10 else ("flashmla_sparse", "fa3")
+    if sm_major < 10:
+        return (
+            ("flashmla_kv", "flashmla_kv")
+            if at_least(version, "0.5.11")
+            else ("flashmla_auto", "flashmla_kv")
+        )
+    if not at_least(version, "0.5.10"):
+        return "flashmla_auto", "flashmla_kv"
+    if at_least(version, "0.5.19") and sm_major == 12 and architecture.startswith("Glm"):
+        return "flashinfer_sparse_mla", "flashinfer_sparse_mla"
+    return "trtllm", "trtllm"
+
+
+def _first(given: dict[str, Any], *dests: str) -> Any:
+    for dest in dests:
+        if dest in given:
+            return given[dest]
+    return None
+
+
+def _graph_settings(version: str, given: dict[str, Any]) -> tuple[bool, list[int] | None, int | None]:
+    """(enabled, explicit bs list, explicit max bs) across both graph-flag dialects."""
+    disabled = bool(given.get("disable_cuda_graph"))
+    bs = _first(given, "cuda_graph_bs_decode", "cuda_graph_bs")
+    max_bs = _first(given, "cuda_graph_max_bs_decode", "cuda_graph_max_bs")
+    if at_least(version, "0.5.14"):
+        disabled = disabled or bool(given.get("disable_decode_cuda_graph"))
+        if given.get("cuda_graph_backend_decode") == "disabled":
+            disabled = True
+        config = given.get("cuda_graph_config")
+        if config:
+            decode = (json.loads(config) or {}).get("decode") or {}
+            if decode.get("backend") == "disabled":
+                disabled = True
+            bs = decode.get("bs", bs)
+            max_bs = decode.get("max_bs", max_bs)
+    return not disabled, bs, max_bs
+
+
+def resolve_launch(
+    scenario: Scenario, version: str, given: dict[str, Any], cuda_visible_devices: str | None
+) -> Launch:
+    """The resolved launch for parsed flags `given` (argparse dests of the release)."""
+    new_era = at_least(version, "0.5.20")
+    tp = int(_first(given, "tp_size", "tensor_parallel_size") or 1)
+    total = scenario.gpus.total_mib
+    default_chunk, default_max_bs = memory.default_chunk_and_max_bs(total, tp, new_era)
+    chunk = given.get("chunked_prefill_size") or default_chunk
+    max_running = given.get("max_running_requests")
+
+    graphs, bs_list, max_bs = _graph_settings(version, given)
+    if bs_list:
+        captured = tuple(sorted(set(int(b) for b in bs_list)))
+        max_bs = max(captured)
+    else:
+        if max_bs is None:
+            max_bs = default_max_bs
+            if new_era and max_running:
+                max_bs = min(max_bs, int(max_running))
+        captured = memory.default_capture_bs(int(max_bs))
+        if at_least(version, "0.5.22") and max_bs not in captured:
+            captured = (*captured, int(max_bs))
+    if not graphs:
+        captured = ()
+
+    fraction = given.get("mem_fraction_static")
+    if fraction is None:
+        fraction = memory.auto_mem_fraction(total, max(chunk, 0), tp, int(max_bs or 0) if graphs else 0)
+
+    prefill = _first(given, "dsa_prefill_backend", "nsa_prefill_backend")
+    decode = _first(given, "dsa_decode_backend", "nsa_decode_backend")
+    kv = given.get("kv_cache_dtype") or "auto"
+    behaviour, error = "ok", ""
+    if scenario.model.sparse_attention:
+        if kv == "auto":
+            chosen = scenario.backend(decode).kv_dtype if decode else None
+            kv = chosen or scenario.model.default_kv_dtype
+        auto_p, auto_d = default_backends(version, kv, scenario.gpus.sm_major, scenario.model.architecture)
+        forced = (
+            version_key("0.5.10") <= version_key(version) < version_key("0.5.11")
+            and kv.startswith("fp8")
+            and scenario.gpus.sm_major >= 10
+        )
+        prefill = auto_p if forced or prefill is None else prefill
+        decode = auto_d if forced or decode is None else decode
+        rules = [scenario.backend(prefill), scenario.backend(decode)]
+        for rule in rules:
+            b = rule.behaviour
+            if rule.kv_dtype and rule.kv_dtype != kv and b == "ok":
+                b = "garbage"  # a backend that only works with another KV dtype
+            if BEHAVIOURS.index(b) > BEHAVIOURS.index(behaviour):
+                behaviour, error = b, rule.error
+    elif kv == "auto":
+        kv = scenario.model.default_kv_dtype
+
+    args = dict(given)
+    args.update(
+        model_path=given["model_path"],
+        served_model_name=given.get("served_model_name") or given["model_path"],
+        host=given.get("host") or "127.0.0.1",
+        port=int(given.get("port") or 30000),
+        mem_fraction_static=fraction,
+        chunked_prefill_size=chunk,
+        max_running_requests=max_running,
+        kv_cache_dtype=kv,
+        disable_cuda_graph=not graphs,
+    )
+    args["tp_size" if at_least(version, "0.5.14") else "tensor_parallel_size"] = tp
+    bs_key = "cuda_graph_bs_decode" if at_least(version, "0.5.14") else "cuda_graph_bs"
+    args[bs_key] = list(captured) if graphs else None
+    args[bs_key.replace("_bs", "_max_bs")] = int(max_bs) if graphs else None
+    if scenario.model.sparse_attention:
+        prefix = "dsa" if at_least(version, "0.5.13") else "nsa"
+        args[f"{prefix}_prefill_backend"] = prefill
+        args[f"{prefix}_decode_backend"] = decode
+        args["attention_backend"] = given.get("attention_backend") or prefix
+    return Launch(
+        version=version,
+        model_path=args["model_path"],
+        served_model_name=args["served_model_name"],
+        host=args["host"],
+        port=args["port"],
+        tp_size=tp,
+        visible_gpus=visible_gpus(cuda_visible_devices, scenario.gpus.count),
+        mem_fraction_static=float(fraction),
+        chunked_prefill_size=int(chunk),
+        max_running_requests=int(max_running) if max_running else None,
+        graphs=graphs,
+        captured_bs=captured,
+        cuda_graph_max_bs=int(max_bs) if graphs else None,
+        kv_cache_dtype=kv,
+        prefill_backend=prefill,
+        decode_backend=decode,
+        behaviour=behaviour,
+        unsupported_error=error,
+        enable_metrics=bool(given.get("enable_metrics")),
+        enable_nan_detection=bool(given.get("enable_nan_detection")),
+        decode_log_interval=int(given.get("decode_log_interval") or 40),
+        skip_server_warmup=bool(given.get("skip_server_warmup")),
+        args=args,
+    )
