@@ -82,7 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _Stopper())
+        stopper = _Stopper()
+        signal.signal(signal.SIGTERM, stopper)
+        signal.signal(signal.SIGINT, stopper)  # also when started with SIGINT ignored (a background job)
     try:
         return int(_dispatch(args) or 0)
     except TunerError as exc:
