@@ -96,7 +96,7 @@ def test_renamed_flag_is_caught_before_launch_with_the_replacement_named() -> No
 def test_oom_at_capture(tmp_path: Path) -> None:
     flags = ["--model-path", "/m", "--tp-size", "8", "--mem-fraction-static", "0.95",
              "--nsa-prefill-backend", "trtllm", "--nsa-decode-backend", "trtllm",
-             "--cuda-graph-bs", "1", "2", "4", "8", "16", "32", "64"]
+             "--cuda-graph-bs", *"1 2 4 8 12 16 24 32 40 48 56 64".split()]
     spec = _spec(tmp_path, flags, scenario="glm5-nvfp4-sm120")
     server, failure = _launch(spec)
     assert isinstance(failure, Failure), failure
