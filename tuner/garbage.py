@@ -123,7 +123,7 @@ def inspect_content(text: str, *, finish_reason: str | None = None) -> GarbageFi
     if not stripped:
         suffix = f" (finish_reason {finish_reason!r})" if finish_reason is not None else ""
         return GarbageFinding(reason=GarbageReason.EMPTY, message=f"empty output{suffix}")
-    for check in (_nan_markers, _replacement_chars, _control_chars, _repeated_unit, _dominant_word):
+    for check in (_nan_markers, _token_zero_run, _replacement_chars, _control_chars, _repeated_unit, _dominant_word):
         finding = check(stripped)
         if finding is not None:
             return finding
@@ -152,6 +152,23 @@ def inspect_finish(
 
 def _excerpt(text: str, chars: int = 24) -> str:
     return repr(text[:chars] + ("…" if len(text) > chars else ""))
+
+
+# Greedy decoding over NaN logits picks token id 0 every step; in the Llama, GLM,
+# Qwen and DeepSeek vocabularies id 0 decodes to "!". A run of it is the
+# classic signature of NaN logits, not ordinary garbage.
+TOKEN_ZERO = "!"
+TOKEN_ZERO_MIN_RUN = 4
+
+
+def _token_zero_run(text: str) -> GarbageFinding | None:
+    squeezed = "".join(text.split())
+    if len(squeezed) >= TOKEN_ZERO_MIN_RUN and set(squeezed) == {TOKEN_ZERO}:
+        return GarbageFinding(
+            reason=GarbageReason.NAN_MARKERS,
+            message=f"output is {len(squeezed)} x {TOKEN_ZERO!r} (token id 0: the signature of NaN logits)",
+        )
+    return None
 
 
 def _nan_markers(text: str) -> GarbageFinding | None:

@@ -158,11 +158,20 @@ def integer(value: Any) -> int | None:
         return None
 
 
-def pick(values: Mapping[str, Any], names: Sequence[str]) -> Any:
-    """The first of several spellings of a field that is present and not None."""
+def pick(source: Any, names: Sequence[str]) -> Any:
+    """The first of several spellings of a value that is present and not None.
+
+    A spelling is an attribute or key, dotted for nested values (`ttft.p99_ms`);
+    attributes include properties, so derived values (`record.ttft_ms`) count.
+    """
     for name in names:
-        if values.get(name) is not None:
-            return values[name]
+        value = source
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else getattr(value, part, None)
+            if value is None:
+                break
+        if value is not None:
+            return value
     return None
 
 

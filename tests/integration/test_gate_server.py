@@ -109,7 +109,7 @@ class FakeSglang:
         if self.mode == "empty":
             text, finish, tokens = "", "stop", 0
         elif self.broken_at is not None and self.batch_peak >= self.broken_at:
-            text, finish, tokens = "!" * max_tokens, "length", max_tokens
+            text, finish, tokens = "?" * max_tokens, "length", max_tokens
         else:
             text = RIGHT[body["messages"][0]["content"]]
             finish, tokens = "stop", max(1, len(text.split()) * 4 // 3)

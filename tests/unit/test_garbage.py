@@ -64,7 +64,8 @@ def test_normal_answers_are_not_garbage(text: str) -> None:
 GARBAGE = {
     "empty": ("", GarbageReason.EMPTY),
     "whitespace only": (" \n\t ", GarbageReason.EMPTY),
-    "bangs": ("!!!!!!!!", GarbageReason.REPEATED),
+    "bangs": ("!!!!!!!!", GarbageReason.NAN_MARKERS),
+    "question marks": ("????????", GarbageReason.REPEATED),
     "the the": ("the the the the", GarbageReason.REPEATED),
     "word loop after an answer": ("Paris " + "is a city " * 30, GarbageReason.REPEATED),
     "char loop without spaces": ("hello " + "abc" * 100, GarbageReason.REPEATED),
@@ -106,9 +107,16 @@ def test_nan_words_outrank_repetition() -> None:
 
 
 def test_repetition_message_names_the_unit() -> None:
-    finding = inspect_content("!!!!!!!!!!!!!!!!")
+    finding = inspect_content("????????????????")
     assert finding is not None
-    assert "'!'" in finding.message and "16 times" in finding.message
+    assert "'?'" in finding.message and "16 times" in finding.message
+
+
+def test_a_run_of_token_zero_is_the_nan_signature() -> None:
+    finding = inspect_content("! ! !!!! !!")
+    assert finding is not None and finding.is_nan and "token id 0" in finding.message
+    assert inspect_content("Paris!") is None
+    assert inspect_content("!!!") is None or not inspect_content("!!!").is_nan  # too short to tell
 
 
 @pytest.mark.parametrize(
@@ -138,7 +146,7 @@ def test_bad_finish_on_sane_text() -> None:
 
 def test_text_garbage_is_reported_before_the_finish() -> None:
     finding = inspect_text(
-        "!" * 256, completion_tokens=256, finish_reason="length", max_tokens=256, min_tokens=1
+        "?" * 256, completion_tokens=256, finish_reason="length", max_tokens=256, min_tokens=1
     )
     assert finding is not None and finding.reason is GarbageReason.REPEATED
 

@@ -69,7 +69,8 @@ def test_wrong_answers() -> None:
 
 
 def test_garbage_and_nan_text() -> None:
-    assert check_answer(CAPITAL, make_reply("!!!!!!!!!!!!"))[0] is GateVerdict.GARBAGE
+    assert check_answer(CAPITAL, make_reply("????????????"))[0] is GateVerdict.GARBAGE
+    assert check_answer(CAPITAL, make_reply("!!!!!!!!!!!!"))[0] is GateVerdict.NAN
     assert check_answer(CAPITAL, make_reply(""))[0] is GateVerdict.GARBAGE
     assert check_answer(CAPITAL, make_reply("nan nan nan"))[0] is GateVerdict.NAN
     # garbage outranks a missing answer in the same reply
@@ -323,7 +324,7 @@ def test_given_model_skips_the_models_endpoint() -> None:
 def test_garbage_only_under_batching_is_caught_by_the_burst() -> None:
     async def breaks_when_batched(prompt: str, in_flight: int) -> httpx.Response:
         return (
-            completion("!" * 256, finish="length", tokens=256)
+            completion("?" * 256, finish="length", tokens=256)
             if in_flight >= 4
             else completion(RIGHT[prompt])
         )
@@ -334,7 +335,7 @@ def test_garbage_only_under_batching_is_caught_by_the_burst() -> None:
     assert "burst #0" in result.reason and "sequential answers passed" in result.reason
     garbage = [a for a in result.answers if a.verdict is GateVerdict.GARBAGE]
     assert garbage and all(
-        a.round is GateRound.BURST and a.text == "!" * 256 for a in garbage
+        a.round is GateRound.BURST and a.text == "?" * 256 for a in garbage
     )  # outputs kept
 
 

@@ -42,7 +42,9 @@ class ServerProcess:
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._count = 0
         self._state = logs.LogState()
-        self._fatal_at: float | None = None
+        self.fatal_at: float | None = None  # when the first fatal line arrived
+        self.first_line_at: float | None = None
+        self.ready_line_at: float | None = None
         self._last_line_at: float | None = None
         self._log_file: TextIO | None = None
         self._group: ProcessGroup | None = None
@@ -86,16 +88,20 @@ class ServerProcess:
             self._tail.append(line)
             self._count += 1
             self._last_line_at = now
+            if self.first_line_at is None:
+                self.first_line_at = now
             if event is not None:
                 self._state = self._state.apply(event)
-            if self._fatal_at is None and logs.is_fatal(line):
-                self._fatal_at = now
+                if self.ready_line_at is None and isinstance(event, logs.Ready):
+                    self.ready_line_at = now
+            if self.fatal_at is None and logs.is_fatal(line):
+                self.fatal_at = now
         if self._log_file is not None:
             try:
                 self._log_file.write(line + "\n")
             except ValueError:  # closed during teardown
                 pass
-        if self._fatal_at == now:
+        if self.fatal_at == now:
             self.died.set()
 
     # -- what we know ---------------------------------------------------------------------------
@@ -130,6 +136,11 @@ class ServerProcess:
 
     def exit_code(self) -> int | None:
         return self._group.exit_code if self._group else None
+
+    @property
+    def exit_time(self) -> float | None:
+        """time.monotonic() when the waiter saw the process exit."""
+        return self._group.exit_time if self._group else None
 
     def our_pids(self) -> tuple[int, ...]:
         if self._group is None:
@@ -217,7 +228,7 @@ class ServerProcess:
         assert self._group is not None
         if not self.died.is_set():
             return None
-        if self._group.alive() and self._fatal_at is not None:
+        if self._group.alive() and self.fatal_at is not None:
             # A fatal line: the server is going down. Give it a moment to print its cause.
             self._group.exited.wait(0.5)
         if not self._group.alive():
