@@ -1,0 +1,70 @@
+"""No trial starts while a foreign process holds the GPUs it needs (policy fail / wait)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tuner.config import Outcome
+from tuner.engine import engine_for, probe_for
+from tuner.space import config_from_params, load_space
+from tuner.trial import TrialContext, run_trial
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _ctx(tmp: Path, policy: str) -> TrialContext:
+    space = replace(load_space(ROOT / "search_spaces" / "tiny-fast-sim.yaml"), gpu_busy_policy=policy)
+    engine = engine_for(space, state_root=tmp)
+    return TrialContext(space=space, engine=engine, probe=probe_for(engine), log_dir=tmp / "logs")
+
+
+def _foreign_holder(ctx: TrialContext) -> subprocess.Popen[bytes]:
+    """A process that is not ours, published as holding 30 GiB on GPU 0."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    state = ctx.engine.gpu_state_dir
+    assert state is not None
+    (state / "procs").mkdir(parents=True, exist_ok=True)
+    (state / "gpus.json").write_text(json.dumps({"gpus": [{"index": 0, "uuid": "GPU-x", "name": "sim",
+                                                            "compute_capability": "9.0", "total_mib": 81559,
+                                                            "driver": "sim"}]}))
+    (state / "procs" / f"{holder.pid}.json").write_text(json.dumps({"pid": holder.pid, "used_mib": {"0": 30720}}))
+    return holder
+
+
+def test_policy_fail_refuses_to_launch_and_names_the_holder(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, "fail")
+    holder = _foreign_holder(ctx)
+    try:
+        config = config_from_params(ctx.space, dict(ctx.space.baselines[0]))
+        result = run_trial(config, ctx, label="busy")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.outcome is Outcome.INFRA_ERROR
+    assert result.server is None, "nothing may be launched onto busy GPUs"
+    assert result.failure is not None and str(holder.pid) in result.failure.message
+
+
+def test_policy_wait_launches_once_the_holder_is_gone(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, "wait")
+    holder = _foreign_holder(ctx)
+    timer = threading.Timer(1.0, holder.kill)
+    timer.start()
+    try:
+        config = config_from_params(ctx.space, dict(ctx.space.baselines[0]))
+        result = run_trial(config, ctx, label="wait")
+    finally:
+        timer.cancel()
+        holder.kill()
+        holder.wait()
+    assert result.outcome is Outcome.OK, result.failure
+    assert result.timings.wait_gpus_s >= 0.5
