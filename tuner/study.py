@@ -386,6 +386,7 @@ class StudyRunner:
             trial.set_user_attr(key, value)
         for key, value in constraints.items():
             trial.set_user_attr(f"c_{key}", value)
+        self._attach_log(trial, result)
         if not result.outcome.blames_config and not result.ok:
             # interrupted or infrastructure: not the configuration's fault, so FAIL and retry it
             self.study.tell(trial, state=TrialState.FAIL)
@@ -400,6 +401,26 @@ class StudyRunner:
         self.study.tell(trial, list(values))
         self._announce(trial.number, outcome, values, feasible, None, message, t0, result)
         return outcome
+
+    def _attach_log(self, trial: optuna.Trial, result: TrialResult) -> None:
+        """The server log as an Optuna artifact (optuna-dashboard --artifact-dir <run dir>/artifacts)."""
+        if result.launch is None or not result.launch.log_path.exists():
+            return
+        try:
+            from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+            store_dir = self.run_dir / "artifacts"
+            store_dir.mkdir(parents=True, exist_ok=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                upload_artifact(
+                    artifact_store=FileSystemArtifactStore(str(store_dir)),
+                    file_path=str(result.launch.log_path),
+                    study_or_trial=trial,
+                    mimetype="text/plain",
+                )
+        except Exception as exc:  # a log that cannot be attached never loses the trial
+            log.warning("could not attach %s to trial %d: %s", result.launch.log_path, trial.number, exc)
 
     def _announce(self, number: int, outcome: Outcome, values: tuple[float, ...], feasible: bool,
                   reused: int | None, message: str, t0: float, result: TrialResult | None = None) -> None:
