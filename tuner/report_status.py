@@ -60,10 +60,12 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
         table.add_column(col, justify="right", no_wrap=True, min_width=7)
     table.add_column("why", overflow="ellipsis", no_wrap=True, max_width=60)
     for rec in frame.to_dict("records"):
-        status = rec["status"] if rec["failure"] in (None, "slo_violation") else str(rec["failure"])
+        failure = rec["failure"] if _present(rec["failure"]) else None
+        status = rec["status"] if failure in (None, "slo_violation") else str(failure)
         style = _STATUS_STYLE.get(rec["status"], "dim")
         mark = "*" if rec["pareto"] else ""
-        reused = f"same launch as #{rec['reused_from']}" if rec["reused_from"] is not None else ""
+        reused = f"same launch as #{int(rec['reused_from'])}" if _present(rec["reused_from"]) else ""
+        message = str(rec["failure_message"]) if _present(rec["failure_message"]) else ""
         table.add_row(
             f"{rec['trial']}{mark}",
             f"[{style}]{status}[/{style}]",
@@ -71,9 +73,7 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
             _num(rec.get("kv_tokens")),
             _num(rec.get("output_throughput")),
             _num(rec.get("min_free_vram_mib")),
-            reused or (rec["failure_message"] or "").splitlines()[0][:120]
-            if rec["failure_message"] or reused
-            else "",
+            reused or (message.splitlines() or [""])[0][:120],
         )
     console.print(table)
     legend = param_legend(frame.attrs.get("params", []))
@@ -90,6 +90,11 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
     )
     if trouble:
         console.print(f"[bold red]warning:[/bold red] {trouble}")
+
+
+def _present(value: object) -> bool:
+    """Not None and not the NaN pandas puts where a value is missing."""
+    return value is not None and not (isinstance(value, float) and value != value)
 
 
 def _num(value: object) -> str:
