@@ -26,11 +26,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     metric_names = [o.metric for o in space.objectives]
     if args.plain or not sys.stderr.isatty():
+
         def on_trial(ev: TrialEvent) -> None:
-            values = " ".join(f"{n}={v:.1f}" for n, v in zip(metric_names, ev.values))
+            values = " ".join(f"{n}={v:.1f}" for n, v in zip(metric_names, ev.values, strict=False))
             reused = f" (reused #{ev.reused_from})" if ev.reused_from is not None else ""
-            print(f"trial {ev.number}: {ev.outcome.value} {values} {ev.duration_s:.1f}s{reused} {ev.message[:100]}",
-                  file=sys.stderr, flush=True)
+            head = f"trial {ev.number}: {ev.outcome.value} {values} {ev.duration_s:.1f}s{reused}"
+            print(
+                f"{head} {ev.message[:100]}",
+                file=sys.stderr,
+                flush=True,
+            )
 
         def on_phase(number: int, phase: Phase, detail: str) -> None:
             print(f"trial {number}: {phase.value} {detail}".rstrip(), file=sys.stderr, flush=True)
@@ -66,7 +71,9 @@ def cmd_trial(args: argparse.Namespace) -> int:
     engine = engine_for(space, state_root=run_dir)
     probe = probe_for(engine)
     try:
-        ctx = TrialContext(space=space, engine=engine, probe=probe, log_dir=run_dir / "logs", progress=not args.json)
+        ctx = TrialContext(
+            space=space, engine=engine, probe=probe, log_dir=run_dir / "logs", progress=not args.json
+        )
         result = run_trial(config, ctx, label="single")
     finally:
         probe.close()
@@ -88,7 +95,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     space = load_space(args.space)
     version = args.sglang_version or (
-        space.engine.sim_sglang_version if space.engine.kind == "sim" and space.sglang_version == "auto"
+        space.engine.sim_sglang_version
+        if space.engine.kind == "sim" and space.sglang_version == "auto"
         else space.sglang_version
     )
     if version == "auto":
@@ -96,9 +104,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         version = detect_sglang_version(space.engine.python or sys.executable)
         if version is None:
-            raise ConfigError(f"sglang_version is auto but SGLang is not installed; pass --sglang-version (in {space.path})")
+            raise ConfigError(
+                f"sglang_version is auto but SGLang is not installed; pass --sglang-version (in {space.path})"
+            )
     table = option_table_for(version, space.engine.python if space.engine.kind == "sglang" else None)
-    engine = Engine(kind=space.engine.kind, launcher=("launcher",), env=(), sglang_version=version, table=table)
+    engine = Engine(
+        kind=space.engine.kind, launcher=("launcher",), env=(), sglang_version=version, table=table
+    )
     ctx = TrialContext(space=space, engine=engine, probe=None, log_dir=Path("."))  # type: ignore[arg-type]
     bad = 0
     count = 0
@@ -109,8 +121,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except (FlagError, ConfigError) as exc:
             bad += 1
             print(f"INVALID {params}: {exc}")
-    print(f"{count - bad}/{count} configurations of {space.path} render to flags SGLang {version} accepts "
-          f"(option table: {table.source})")
+    print(
+        f"{count - bad}/{count} configurations of {space.path} render to flags SGLang {version} accepts "
+        f"(option table: {table.source})"
+    )
     return 2 if bad else 0
 
 
@@ -127,7 +141,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if name is None:
         names = store.studies()
         if len(names) != 1:
-            raise ConfigError(f"--study is needed: the database holds {len(names)} studies ({', '.join(names)})")
+            raise ConfigError(
+                f"--study is needed: the database holds {len(names)} studies ({', '.join(names)})"
+            )
         name = names[0]
     print_status(store, name, None)
     return 0

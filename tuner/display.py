@@ -76,7 +76,7 @@ class RunDisplay:
         if event.outcome is not Outcome.INTERRUPTED and event.outcome is not Outcome.INFRA_ERROR:
             self.done += 1
         if event.feasible:
-            for name, value in zip(self.metric_names, event.values):
+            for name, value in zip(self.metric_names, event.values, strict=False):
                 best = self.best.get(name)
                 if best is None or value > best[0]:
                     self.best[name] = (value, event.number)
@@ -94,7 +94,9 @@ class RunDisplay:
             eta = _fmt(mean * max(0, self.budget - self.done))
         head = Table.grid(padding=(0, 2))
         head.add_row(
-            Text(f"trial {self.done + (1 if self.phase not in ('done',) else 0)}/{self.budget}", style="bold"),
+            Text(
+                f"trial {self.done + (1 if self.phase not in ('done',) else 0)}/{self.budget}", style="bold"
+            ),
             f"#{self.current}" if self.current is not None else "",
             Text(self.phase, style="cyan"),
             self.detail,
@@ -112,7 +114,9 @@ class RunDisplay:
             vals = [f"{v:.1f}" for v in ev.values] or ["-"] * len(self.metric_names)
             note = f"reused #{ev.reused_from}" if ev.reused_from is not None else ev.message[:60]
             style = "green" if ev.feasible else ("yellow" if ev.outcome is Outcome.OK else "red")
-            recent.add_row(str(ev.number), Text(ev.outcome.value, style=style), *vals, f"{ev.duration_s:.1f}", note)
+            recent.add_row(
+                str(ev.number), Text(ev.outcome.value, style=style), *vals, f"{ev.duration_s:.1f}", note
+            )
         return Group(head, info, recent)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from tuner.config import TrialResult
 from tuner.space_sections import METRICS, Objective, Slo
@@ -80,7 +79,9 @@ def pessimistic(obj: Objective, worst_seen: Mapping[str, float]) -> float:
     return 2.0 * seen if seen else PESSIMISTIC_LATENCY_MS
 
 
-def constraint_values(result: TrialResult, slos: Sequence[Slo], *, objective_point: int = -1) -> dict[str, float]:
+def constraint_values(
+    result: TrialResult, slos: Sequence[Slo], *, objective_point: int = -1
+) -> dict[str, float]:
     """The same keys on every trial (GP/BoTorch require it); <= 0 is feasible."""
     values = metric_values(result, objective_point)
     failed = not result.ok
@@ -92,15 +93,3 @@ def constraint_values(result: TrialResult, slos: Sequence[Slo], *, objective_poi
 
 def is_feasible(constraints: Mapping[str, float]) -> bool:
     return all(v <= 0 for v in constraints.values())
-
-
-def worst_values(rows: Sequence[Mapping[str, Any]], objectives: Sequence[Objective]) -> dict[str, float]:
-    """Worst feasible value per minimised metric, from earlier trials' metric dicts."""
-    worst: dict[str, float] = {}
-    for obj in objectives:
-        if obj.direction != MINIMIZE:
-            continue
-        seen = [r[obj.metric] for r in rows if isinstance(r.get(obj.metric), (int, float))]
-        if seen:
-            worst[obj.metric] = float(max(seen))
-    return worst

@@ -72,7 +72,7 @@ class LiveServers:
         """Kill servers whose owning run is gone; return the pids killed."""
         killed: list[int] = []
         for rec in self.records():
-            if _alive(rec.owner_pid) and rec.owner_pid != os.getpid():
+            if pid_alive(rec.owner_pid) and rec.owner_pid != os.getpid():
                 continue  # another live worker owns it
             if _matches(rec):
                 killed.extend(_kill_tree(rec.server_pid))
@@ -81,7 +81,8 @@ class LiveServers:
         return killed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True for an existing process that is not a zombie."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

@@ -68,7 +68,9 @@ class ProcessGroup:
         self.exit_time: float | None = None
         self._known: set[int] = {self.pid}
         self._known_lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, args=(on_line,), daemon=True, name=f"log-{self.pid}")
+        self._reader = threading.Thread(
+            target=self._read, args=(on_line,), daemon=True, name=f"log-{self.pid}"
+        )
         self._waiter = threading.Thread(target=self._wait, daemon=True, name=f"wait-{self.pid}")
         self._reader.start()
         self._waiter.start()
@@ -179,7 +181,9 @@ class ProcessGroup:
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
         if strays:
-            log.warning("killed %d process(es) that had left the server's process group: %s", len(strays), strays)
+            log.warning(
+                "killed %d process(es) that had left the server's process group: %s", len(strays), strays
+            )
             psutil.wait_procs([_proc_or_none(p) for p in strays if _proc_or_none(p)], timeout=5)
         return strays
 

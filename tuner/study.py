@@ -12,7 +12,6 @@ one host; across hosts the overshoot is at most one trial per extra worker).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -21,30 +20,27 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult
 from tuner.engine import Engine, engine_for, probe_for
 from tuner.errors import FlagError, StoreError
 from tuner.objectives import constraint_values, is_feasible, metric_values, objective_values
-from tuner.orphans import LiveServers
-from tuner.space import SearchSpace, config_from_params, forbidden_reason, suggest
+from tuner.orphans import LiveServers, pid_alive
+from tuner.space import SearchSpace, forbidden_reason, suggest
 from tuner.space_sections import Objective
-from tuner.store import SqlStore, optuna_storage_kwargs
+from tuner.store import SqlStore
+from tuner.study_storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, objectives_of, open_study
 from tuner.trial import TrialContext, render_launch, run_trial
 
 log = logging.getLogger(__name__)
-
-HEARTBEAT_INTERVAL_S = 60
-HEARTBEAT_GRACE_S = 900
-MAX_RETRIES = 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,95 +83,14 @@ class Hooks:
         self.on_start = on_start
 
 
-def make_storage(url: str) -> RDBStorage:
-    """Optuna's RDB storage on the tuner's database, with heartbeats and one retry of stale trials."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RDBStorage(
-            url,
-            engine_kwargs=optuna_storage_kwargs(url),
-            heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=HEARTBEAT_GRACE_S,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
-        )
-
-
-def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
-    """The sampler the space asks for; TPE (multivariate, grouped) fits 20-60 trials over a conditional space."""
-    spec = space.sampler
-    if spec.kind == "random":
-        return optuna.samplers.RandomSampler(seed=spec.seed)
-    if spec.kind == "gp":
-        return optuna.samplers.GPSampler(seed=spec.seed, n_startup_trials=spec.n_startup_trials)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            multivariate=True,
-            group=True,
-            constant_liar=True,
-            n_startup_trials=spec.n_startup_trials,
-            seed=spec.seed,
-        )
-
-
-def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> optuna.Study:
-    """Create or resume the space's study (directions and metric names from its objectives)."""
-    name = study_name or space.study_name
-    objectives = _objectives(space)
-    storage = make_storage(url)
-    study = optuna.create_study(
-        study_name=name,
-        storage=storage,
-        directions=[o.direction for o in objectives],
-        sampler=make_sampler(space),
-        load_if_exists=True,
-    )
-    stored = [d.name.lower() for d in study.directions]
-    wanted = [o.direction for o in objectives]
-    if stored != wanted:
-        raise StoreError(
-            f"study {name!r} in {url} was created with objectives {stored}, the space now has {wanted}: "
-            f"bump `version:` in {space.path} to start a new study"
-        )
-    if not study.metric_names:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([o.metric for o in objectives])
-    return study
-
-
-def _objectives(space: SearchSpace) -> tuple[Objective, ...]:
-    return tuple(Objective(metric=o.metric, direction=o.direction) for o in space.objectives)
-
-
-def lock_path(db_url: str, run_dir: Path) -> Path:
-    """Beside a SQLite file (every worker of that file sees it), else in the run directory."""
-    from sqlalchemy.engine import make_url
-
-    url = make_url(db_url)
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        return Path(url.database).with_name(Path(url.database).name + ".tuner-lock")
-    return run_dir / ".ask.lock"
-
-
-@contextlib.contextmanager
-def ask_lock(path: Path) -> Iterator[None]:
-    """Serialise table creation and count + ask between workers on this host."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def config_hash(engine: Engine, space: SearchSpace, config: TrialConfig) -> str:
     """Hash of the effective launch (argv without host/port, environment): equal hash = same server."""
     try:
         spec = render_launch(
-            config, TrialContext(space=space, engine=engine, probe=None, log_dir=Path(".")),  # type: ignore[arg-type]
-            port=0, log_path=Path("x"),
+            config,
+            TrialContext(space=space, engine=engine, probe=None, log_dir=Path(".")),  # type: ignore[arg-type]
+            port=0,
+            log_path=Path("x"),
         )
         argv = list(spec.argv[len(engine.launcher) :])
         for flag in ("--host", "--port"):
@@ -243,7 +158,7 @@ class StudyRunner:
             if attrs.get("host") != self.host:
                 continue
             pid = attrs.get("pid")
-            if isinstance(pid, int) and (pid == os.getpid() or _pid_alive(pid)):
+            if isinstance(pid, int) and (pid == os.getpid() or pid_alive(pid)):
                 continue
             self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
             self._retry(trial, reason="worker died")
@@ -297,7 +212,9 @@ class StudyRunner:
             with contextlib.suppress(Exception):
                 ctx.probe.close()
         done, _ = self._counts()
-        return RunSummary(study_name=self.name, completed=done, budget=self.budget, interrupted=interrupted, ran=ran)
+        return RunSummary(
+            study_name=self.name, completed=done, budget=self.budget, interrupted=interrupted, ran=ran
+        )
 
     def _ask(self) -> optuna.Trial | None:
         self._ask_started = time.monotonic()
@@ -317,7 +234,7 @@ class StudyRunner:
 
     def _run_one(self, trial: optuna.Trial, ctx: TrialContext) -> Outcome:
         t0 = time.monotonic()
-        with _Heartbeat(self.study, trial):
+        with Heartbeat(self.study, trial):
             config, params = suggest(self.space, trial)
             chash = config_hash(self.engine, self.space, config)
             trial.set_user_attr("cfg_hash", chash)
@@ -326,7 +243,9 @@ class StudyRunner:
                 return self._tell_reused(trial, reused, t0)
             forbidden = forbidden_reason(self.space, params)
             if forbidden is not None:
-                result = _not_launched(config, self.engine, Outcome.BAD_FLAG, f"forbidden combination: {forbidden}")
+                result = _not_launched(
+                    config, self.engine, Outcome.BAD_FLAG, f"forbidden combination: {forbidden}"
+                )
             else:
                 phase_ctx = _with_phase_hook(ctx, trial.number, self.hooks)
                 result = run_trial(config, phase_ctx, label=f"trial-{trial.number:04d}")
@@ -334,7 +253,11 @@ class StudyRunner:
 
     def _measured_before(self, chash: str, *, exclude: int) -> FrozenTrial | None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if t.number != exclude and t.user_attrs.get("cfg_hash") == chash and "dedup_of" not in t.user_attrs:
+            if (
+                t.number != exclude
+                and t.user_attrs.get("cfg_hash") == chash
+                and "dedup_of" not in t.user_attrs
+            ):
                 return t
         return None
 
@@ -347,14 +270,25 @@ class StudyRunner:
         trial.set_user_attr("dedup_of", prior.number)
         self.study.tell(trial, list(prior.values))
         outcome = Outcome(prior.user_attrs.get("outcome", "ok"))
-        self._announce(trial.number, outcome, tuple(prior.values), is_feasible(prior.constraints),
-                       prior.number, f"same launch as trial {prior.number}: result reused", t0)
+        self._announce(
+            trial.number,
+            outcome,
+            tuple(prior.values),
+            is_feasible(prior.constraints),
+            prior.number,
+            f"same launch as trial {prior.number}: result reused",
+            t0,
+        )
         return outcome
 
-    def _tell(self, trial: optuna.Trial, result: TrialResult, params: dict[str, Any], chash: str, t0: float) -> Outcome:
+    def _tell(
+        self, trial: optuna.Trial, result: TrialResult, params: dict[str, Any], chash: str, t0: float
+    ) -> Outcome:
         space = self.space
-        objectives = _objectives(space)
-        constraints = constraint_values(result, space.constraints, objective_point=space.bench.objective_point)
+        objectives = objectives_of(space)
+        constraints = constraint_values(
+            result, space.constraints, objective_point=space.bench.objective_point
+        )
         feasible = result.ok and is_feasible(constraints)
         metrics = metric_values(result, space.bench.objective_point)
         outcome = result.outcome
@@ -397,7 +331,9 @@ class StudyRunner:
         for key, value in constraints.items():
             trial.set_constraint(key, value)
         worst = _worst_seen(self.study, objectives)
-        values = objective_values(result, objectives, objective_point=space.bench.objective_point, worst_seen=worst)
+        values = objective_values(
+            result, objectives, objective_point=space.bench.objective_point, worst_seen=worst
+        )
         self.study.tell(trial, list(values))
         self._announce(trial.number, outcome, values, feasible, None, message, t0, result)
         return outcome
@@ -422,8 +358,17 @@ class StudyRunner:
         except Exception as exc:  # a log that cannot be attached never loses the trial
             log.warning("could not attach %s to trial %d: %s", result.launch.log_path, trial.number, exc)
 
-    def _announce(self, number: int, outcome: Outcome, values: tuple[float, ...], feasible: bool,
-                  reused: int | None, message: str, t0: float, result: TrialResult | None = None) -> None:
+    def _announce(
+        self,
+        number: int,
+        outcome: Outcome,
+        values: tuple[float, ...],
+        feasible: bool,
+        reused: int | None,
+        message: str,
+        t0: float,
+        result: TrialResult | None = None,
+    ) -> None:
         now = time.monotonic()
         overhead = None
         if result is not None:
@@ -432,15 +377,26 @@ class StudyRunner:
             overhead = max(0.0, now - getattr(self, "_ask_started", t0) - waited)
         if self.hooks.on_trial is not None:
             self.hooks.on_trial(
-                TrialEvent(number=number, outcome=outcome, values=values, feasible=feasible,
-                           reused_from=reused, message=message, duration_s=now - t0, overhead_s=overhead)
+                TrialEvent(
+                    number=number,
+                    outcome=outcome,
+                    values=values,
+                    feasible=feasible,
+                    reused_from=reused,
+                    message=message,
+                    duration_s=now - t0,
+                    overhead_s=overhead,
+                )
             )
 
 
 def _worst_seen(study: optuna.Study, objectives: tuple[Objective, ...]) -> dict[str, float]:
     worst: dict[str, float] = {}
-    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.user_attrs.get("feasible")]
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("feasible")
+    ]
     for i, obj in enumerate(objectives):
         if obj.direction == "minimize" and trials:
             worst[obj.metric] = max(t.values[i] for t in trials)
@@ -452,9 +408,13 @@ def _not_launched(config: TrialConfig, engine: Engine, outcome: Outcome, message
 
     now = datetime.now(timezone.utc)
     return TrialResult(
-        config=config, launch=None, outcome=outcome,
+        config=config,
+        launch=None,
+        outcome=outcome,
         failure=Failure(outcome=outcome, phase=Phase.RENDER, message=message),
-        sglang_version=engine.sglang_version, started_at=now, finished_at=now,
+        sglang_version=engine.sglang_version,
+        started_at=now,
+        finished_at=now,
     )
 
 
@@ -465,43 +425,3 @@ def _with_phase_hook(ctx: TrialContext, number: int, hooks: Hooks) -> TrialConte
     from dataclasses import replace
 
     return replace(ctx, on_phase=lambda phase, detail: on_phase(number, phase, detail))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class _Heartbeat:
-    """Record the trial's heartbeat while it runs (ask/tell has no built-in heartbeat thread)."""
-
-    def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
-        self._storage = study._storage
-        self._trial_id = trial._trial_id
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True, name="heartbeat")
-
-    def _beat(self) -> None:
-        while True:
-            with contextlib.suppress(Exception):
-                self._storage.record_heartbeat(self._trial_id)  # type: ignore[attr-defined]
-            if self._stop.wait(HEARTBEAT_INTERVAL_S):
-                return
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-
-
-def params_for_trial(space: SearchSpace, params: dict[str, Any]) -> TrialConfig:
-    """TrialConfig of a stored trial's params (for confirm/export)."""
-    return config_from_params(space, params)

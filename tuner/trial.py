@@ -119,7 +119,9 @@ class _TrialRun:
         try:
             failure = self._launch_and_measure()
         except KeyboardInterrupt:
-            failure = Failure(outcome=Outcome.INTERRUPTED, phase=Phase.LAUNCH, message="interrupted by the user")
+            failure = Failure(
+                outcome=Outcome.INTERRUPTED, phase=Phase.LAUNCH, message="interrupted by the user"
+            )
             self._teardown(quiet=True)
             return self._result(failure)
         except (GpuBusyError, LaunchError) as exc:
@@ -303,4 +305,3 @@ class _TrialRun:
             finished_at=datetime.now(timezone.utc),
             timings=timings,
         )
-

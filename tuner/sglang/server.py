@@ -11,6 +11,7 @@ counts as a crash even before the exit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -97,10 +98,8 @@ class ServerProcess:
             if self.fatal_at is None and logs.is_fatal(line):
                 self.fatal_at = now
         if self._log_file is not None:
-            try:
+            with contextlib.suppress(ValueError):  # closed during teardown
                 self._log_file.write(line + "\n")
-            except ValueError:  # closed during teardown
-                pass
         if self.fatal_at == now:
             self.died.set()
 
@@ -188,9 +187,7 @@ class ServerProcess:
         if kv is None and state.max_total_num_tokens is None:
             return None
         if kv and state.max_total_num_tokens and abs(kv - state.max_total_num_tokens) > 0.01 * kv:
-            log.warning(
-                "KV tokens differ: server info says %d, log says %d", kv, state.max_total_num_tokens
-            )
+            log.warning("KV tokens differ: server info says %d, log says %d", kv, state.max_total_num_tokens)
         assert self._started_at is not None
         return ServerFacts(
             base_url=self.spec.base_url,
@@ -237,8 +234,12 @@ class ServerProcess:
 
     def classify(self, phase: Phase) -> Failure:
         """The failure the log and exit status show, for the given phase."""
-        outcome, message, excerpt = logs.classify_failure(self.lines(), exit_code=self.exit_code(), phase=phase)
-        return Failure(outcome=outcome, phase=phase, message=message, excerpt=excerpt, exit_code=self.exit_code())
+        outcome, message, excerpt = logs.classify_failure(
+            self.lines(), exit_code=self.exit_code(), phase=phase
+        )
+        return Failure(
+            outcome=outcome, phase=phase, message=message, excerpt=excerpt, exit_code=self.exit_code()
+        )
 
     def _watchdog_failure(self, outcome: Outcome, message: str) -> Failure:
         tail = "\n".join(self.lines()[-30:])
