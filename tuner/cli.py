@@ -18,9 +18,12 @@ log = logging.getLogger("tuner")
 
 
 def _duration(text: str) -> float:
-    from tuner.space import parse_duration
+    from tuner.space_yaml import parse_duration
 
-    return parse_duration(text)
+    try:
+        return float(parse_duration(text))
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 30m or 8h (got {text!r})") from exc
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 Hooks(on_trial=display.on_trial, on_phase=display.on_phase, on_start=display.on_start)
             )
     print(
-        f"study {summary.study_name}: {summary.completed}/{summary.budget} trials finished"
+        f"study {summary.study_name}: {summary.completed}/{summary.budget or '∞'} trials finished"
         f"{' (interrupted; run the same command to resume)' if summary.interrupted else ''}"
     )
     from tuner.report import print_status
@@ -88,39 +88,25 @@ def cmd_trial(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from tuner.engine import Engine
-    from tuner.sglang.introspect import option_table_for
+    from tuner.engine import engine_for
     from tuner.space import config_from_params, enumerate_choices, load_space
     from tuner.trial import TrialContext, render_launch
 
     space = load_space(args.space)
-    version = args.sglang_version or (
-        space.engine.sim_sglang_version
-        if space.engine.kind == "sim" and space.sglang_version == "auto"
-        else space.sglang_version
-    )
-    if version == "auto":
-        from tuner.sglang.introspect import detect_sglang_version
-
-        version = detect_sglang_version(space.engine.python or sys.executable)
-        if version is None:
-            raise ConfigError(
-                f"sglang_version is auto but SGLang is not installed; pass --sglang-version (in {space.path})"
-            )
-    table = option_table_for(version, space.engine.python if space.engine.kind == "sglang" else None)
-    engine = Engine(
-        kind=space.engine.kind, launcher=("launcher",), env=(), sglang_version=version, table=table
-    )
+    engine = engine_for(space, state_root=None, sglang_version=args.sglang_version)
+    version, table = engine.sglang_version, engine.table
     ctx = TrialContext(space=space, engine=engine, probe=None, log_dir=Path("."))  # type: ignore[arg-type]
-    bad = 0
+    errors: dict[str, list[dict[str, object]]] = {}
     count = 0
     for params in enumerate_choices(space):
         count += 1
         try:
             render_launch(config_from_params(space, params), ctx, port=30000, log_path=Path("x"))
         except (FlagError, ConfigError) as exc:
-            bad += 1
-            print(f"INVALID {params}: {exc}")
+            errors.setdefault(str(exc), []).append(params)
+    bad = sum(len(v) for v in errors.values())
+    for message, failing in errors.items():
+        print(f"INVALID ({len(failing)} of {count}, e.g. {failing[0]}): {message}")
     print(
         f"{count - bad}/{count} configurations of {space.path} render to flags SGLang {version} accepts "
         f"(option table: {table.source})"

@@ -33,7 +33,7 @@ def result_line(result: TrialResult) -> str:
 class RunDisplay:
     """Trial k/N, phase, elapsed and ETA, best so far, last failure."""
 
-    def __init__(self, *, budget: int, metric_names: Sequence[str], console: Console | None = None) -> None:
+    def __init__(self, *, budget: int | None, metric_names: Sequence[str], console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
         self.budget = budget
         self.metric_names = tuple(metric_names)
@@ -91,11 +91,11 @@ class RunDisplay:
         eta = "-"
         if self.durations:
             mean = sum(self.durations) / len(self.durations)
-            eta = _fmt(mean * max(0, self.budget - self.done))
+            eta = _fmt(mean * max(0, self.budget - self.done)) if self.budget is not None else "-"
         head = Table.grid(padding=(0, 2))
         head.add_row(
             Text(
-                f"trial {self.done + (1 if self.phase not in ('done',) else 0)}/{self.budget}", style="bold"
+                f"trial {self.done + (1 if self.phase != 'done' else 0)}/{self.budget or '∞'}", style="bold"
             ),
             f"#{self.current}" if self.current is not None else "",
             Text(self.phase, style="cyan"),

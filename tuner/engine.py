@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIM_STATE_ENV = "TUNER_SIM_STATE_DIR"
+DEFAULT_SIM_VERSION = "0.5.9"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,17 +39,29 @@ class Engine:
     gpu_state_dir: Path | None = None
 
 
-def engine_for(space: SearchSpace, *, state_root: Path) -> Engine:
-    """Resolve the space's engine: launcher argv, environment, target version and its option table."""
+def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: str | None = None) -> Engine:
+    """Resolve the space's engine: launcher argv, environment, target version and its option table.
+
+    `state_root` is where the stand-in publishes GPU state (None: nothing will be launched);
+    `sglang_version` overrides the space's target release (for `validate`).
+    """
     spec = space.engine
     if spec.kind == "sim":
-        version = spec.sim_sglang_version if space.sglang_version == "auto" else space.sglang_version
-        state_dir = (state_root / "gpu-state").resolve()
-        state_dir.mkdir(parents=True, exist_ok=True)
+        if spec.scenario is None:
+            raise ConfigError(f"engine: a sim engine needs a scenario in {space.path}")
+        version = sglang_version or space.sglang_version
+        if version == "auto":
+            version = spec.sim_sglang_version or DEFAULT_SIM_VERSION
+        state_dir = None
+        env: tuple[tuple[str, str], ...] = ()
+        if state_root is not None:
+            state_dir = (state_root / "gpu-state").resolve()
+            state_dir.mkdir(parents=True, exist_ok=True)
+            env = ((SIM_STATE_ENV, str(state_dir)),)
         launcher = (
             sys.executable,
             "-m",
-            "tuner.sim",
+            spec.module,
             "--sim-scenario",
             str(spec.scenario),
             "--sim-sglang-version",
@@ -58,14 +71,14 @@ def engine_for(space: SearchSpace, *, state_root: Path) -> Engine:
         return Engine(
             kind="sim",
             launcher=launcher,
-            env=((SIM_STATE_ENV, str(state_dir)),),
+            env=env,
             sglang_version=version,
             table=table,
             gpu_state_dir=state_dir,
         )
     if spec.kind == "sglang":
         python = spec.python or sys.executable
-        version = space.sglang_version
+        version = sglang_version or space.sglang_version
         if version == "auto":
             found = detect_sglang_version(python)
             if found is None:
@@ -77,7 +90,7 @@ def engine_for(space: SearchSpace, *, state_root: Path) -> Engine:
         table = option_table_for(version, python)
         return Engine(
             kind="sglang",
-            launcher=(python, "-m", "sglang.launch_server"),
+            launcher=(python, "-m", spec.module),
             env=(),
             sglang_version=version,
             table=table,

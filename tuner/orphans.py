@@ -84,7 +84,7 @@ class LiveServers:
 def pid_alive(pid: int) -> bool:
     """True for an existing process that is not a zombie."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 

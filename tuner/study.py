@@ -63,7 +63,7 @@ class RunSummary:
 
     study_name: str
     completed: int
-    budget: int
+    budget: int | None  # None: no trial cap (time budget or Ctrl-C ends the run)
     interrupted: bool
     ran: int
 
@@ -126,7 +126,7 @@ class StudyRunner:
             self.store = SqlStore(db_url)
             self.study = open_study(space, db_url, study_name)
         self.name = self.study.study_name
-        self.budget = n_trials or space.budget.n_trials
+        self.budget: int | None = n_trials or space.budget.n_trials
         self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
         self.hooks = hooks or Hooks()
         self.live = LiveServers(self.run_dir)
@@ -221,7 +221,7 @@ class StudyRunner:
         with ask_lock(self.lock):
             self._reap_dead_workers()
             done, running = self._counts()
-            if done + running >= self.budget:
+            if self.budget is not None and done + running >= self.budget:
                 return None
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)

@@ -61,7 +61,7 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
     study = optuna.create_study(
         study_name=name,
         storage=storage,
-        directions=[o.direction for o in objectives],
+        directions=[optuna.study.StudyDirection[o.direction.upper()] for o in objectives],
         sampler=make_sampler(space),
         load_if_exists=True,
     )

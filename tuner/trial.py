@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal, TypeVar, cast
 
 from tuner.bench.runner import benchmark
+from tuner.bench.types import BenchResult
 from tuner.config import (
     Failure,
     GpuInfo,
@@ -32,7 +34,7 @@ from tuner.config import (
 )
 from tuner.engine import Engine
 from tuner.errors import FlagError, GpuBusyError, LaunchError, ReleaseTimeoutError
-from tuner.gate import GateVerdict, gate
+from tuner.gate import GateResult, GateVerdict, gate
 from tuner.gpu import GpuProbe, MemorySampler, check_gpus_free, wait_for_release
 from tuner.orphans import LiveServers
 from tuner.procgroup import free_port
@@ -44,6 +46,8 @@ from tuner.space import SearchSpace
 log = logging.getLogger(__name__)
 
 PhaseCallback = Callable[[Phase, str], None]
+T = TypeVar("T")
+BusyPolicy = Literal["wait", "fail", "ignore"]
 
 _GATE_OUTCOME = {
     GateVerdict.NAN: Outcome.NAN,
@@ -99,8 +103,8 @@ class _TrialRun:
         self.spec: LaunchSpec | None = None
         self.server: ServerProcess | None = None
         self.facts: ServerFacts | None = None
-        self.gate_result = None
-        self.bench_result = None
+        self.gate_result: GateResult | None = None
+        self.bench_result: BenchResult | None = None
         self.sampler: MemorySampler | None = None
         self.gpus: tuple[GpuInfo, ...] = ()
 
@@ -108,7 +112,7 @@ class _TrialRun:
         if self.ctx.on_phase is not None:
             self.ctx.on_phase(phase, detail)
 
-    def _timed(self, name: str, fn: Callable[[], object]) -> object:
+    def _timed(self, name: str, fn: Callable[[], T]) -> T:
         start = time.perf_counter()
         try:
             return fn()
@@ -148,7 +152,10 @@ class _TrialRun:
         self._timed(
             "wait_gpus",
             lambda: check_gpus_free(
-                ctx.probe, indices, policy=space.gpu_busy_policy, timeout_s=space.timeouts.release_s
+                ctx.probe,
+                indices,
+                policy=cast(BusyPolicy, space.gpu_busy_policy),
+                timeout_s=space.timeouts.release_s,
             ),
         )
 
@@ -170,15 +177,16 @@ class _TrialRun:
 
     def _gate(self) -> Failure | None:
         server, space = self.server, self.ctx.space
-        assert server is not None and self.facts is not None
+        facts = self.facts
+        assert server is not None and facts is not None
         self._phase(Phase.GATE, f"{len(space.gate.prompts)} prompts")
         cursor = server.cursor()
         result = self._timed(
             "gate",
             lambda: gate(
-                self.facts.base_url,
+                facts.base_url,
                 space.gate,
-                captured_bs=self.facts.captured_bs,
+                captured_bs=facts.captured_bs,
                 nan_log_lines=lambda: logs.nan_lines(server.lines_since(cursor)),
                 server_died=server.died,
             ),
@@ -193,7 +201,8 @@ class _TrialRun:
 
     def _bench(self) -> Failure | None:
         server, space = self.server, self.ctx.space
-        assert server is not None and self.facts is not None
+        facts = self.facts
+        assert server is not None and facts is not None
         if not space.bench.enabled:
             return None
         points = ", ".join(p.label for p in space.bench.load_points)
@@ -201,7 +210,7 @@ class _TrialRun:
         result = self._timed(
             "bench",
             lambda: benchmark(
-                self.facts.base_url,
+                facts.base_url,
                 space.bench,
                 server_died=server.died,
                 progress=self.ctx.progress,

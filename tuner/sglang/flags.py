@@ -5,29 +5,29 @@ built-in facts of a release). Spellings are looked up in the table by the
 dest they store into, never by comparing version numbers, so a release newer
 than every known one works as long as its parser keeps the dests. When an
 argv is wrong, the message names the flag, the release and, where the tables
-(or the few renames they cannot show, in `_HINTS`) know one, the spelling to
-use instead.
+(or the few renames they cannot show; see renames.py) know one, the spelling
+to use instead.
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import cache
 
 from tuner.config import FlagValue, TrialConfig
 from tuner.errors import ConfigError, FlagError
-from tuner.sglang.options import (
-    ArgvError,
-    OptionSpec,
-    OptionTable,
-    build_parser,
-    builtin_table,
-    known_versions,
-    version_key,
+from tuner.sglang.options import ArgvError, OptionSpec, OptionTable, build_parser
+from tuner.sglang.renames import (
+    CANONICAL_KINDS,
+    PHASE_OFF,
+    WORKING_KINDS,
+    canonical,
+    deprecated_message,
+    missing_message,
+    replacement,
+    retired_message,
+    usable,
 )
 
 log = logging.getLogger(__name__)
@@ -40,56 +40,8 @@ _MAX_BS = ("cuda_graph_max_bs_decode", "cuda_graph_max_bs")
 _BS = ("cuda_graph_bs_decode", "cuda_graph_bs")
 _PREFILL = ("dsa_prefill_backend", "nsa_prefill_backend", "nsa_prefill")
 _DECODE = ("dsa_decode_backend", "nsa_decode_backend", "nsa_decode")
-_PHASE_OFF = ("--disable-decode-cuda-graph", "--disable-prefill-cuda-graph")
 
-_CANONICAL = ("store", "store_true", "bool_optional")
-_WORKING = (*_CANONICAL, "alias", "deprecated_store_true")
 _YAML_KINDS = ("store", "store_true", "alias")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Hint:
-    """A rename the option tables cannot show: what to use instead of `flag`, when `needs` exist."""
-
-    flag: str
-    needs: tuple[str, ...]
-    use: str
-
-
-_HINTS = (
-    _Hint(
-        flag="--enable-nan-detection",
-        needs=(),
-        use="the environment variable SGLANG_ENABLE_ASYNC_ASSERT=1 (stop on NaN) or "
-        "SGLANG_SANITIZE_NAN_LOGITS=1 (0.5.14+: sanitize and log) instead",
-    ),
-    _Hint(
-        flag="--enable-dp-attention",
-        needs=("--attn-dp-size",),
-        use="--attn-dp-size N instead of --dp-size N --enable-dp-attention",
-    ),
-    _Hint(
-        flag="--stream-output",
-        needs=("--incremental-streaming-output",),
-        use="--incremental-streaming-output",
-    ),
-    _Hint(
-        flag="--enable-piecewise-cuda-graph",
-        needs=("--cuda-graph-backend-prefill",),
-        use="--cuda-graph-backend-prefill breakable (prefill CUDA graphs are on by default)",
-    ),
-    _Hint(
-        flag="--enable-piecewise-cuda-graph",
-        needs=("--disable-piecewise-cuda-graph",),
-        use="the default (prefill CUDA graphs are on; --disable-piecewise-cuda-graph turns them off)",
-    ),
-    _Hint(
-        flag="--disable-piecewise-cuda-graph",
-        needs=("--cuda-graph-backend-prefill",),
-        use="--cuda-graph-backend-prefill disabled",
-    ),
-    _Hint(flag="--disable-cuda-graph", needs=_PHASE_OFF, use=" ".join(_PHASE_OFF)),
-)
 
 
 # ---------------------------------------------------------------- rendering
@@ -145,17 +97,9 @@ def _knob_tokens(config: TrialConfig, table: OptionTable) -> list[tuple[str, tup
     return out
 
 
-def _canonical(table: OptionTable, dest: str, kinds: tuple[str, ...] = _CANONICAL) -> str | None:
-    """The first long spelling of the first option of `kinds` storing into `dest`."""
-    for opt in table.by_dest(dest):
-        if opt.kind in kinds:
-            return next((s for s in opt.opts if s.startswith("--")), None)
-    return None
-
-
 def _knob_flag(table: OptionTable, dests: tuple[str, ...], knob: str) -> str:
     for dest in dests:
-        flag = _canonical(table, dest)
+        flag = canonical(table, dest)
         if flag:
             return flag
     raise FlagError(
@@ -168,14 +112,14 @@ def _graphs_off(table: OptionTable) -> tuple[str, ...]:
     # --disable-cuda-graph works on the command line of every known release
     # (deprecated but accepted from 0.5.14); a release without it gets the
     # per-phase switches, which together mean the same.
-    legacy = _canonical(table, "disable_cuda_graph", _WORKING)
+    legacy = canonical(table, "disable_cuda_graph", WORKING_KINDS)
     if legacy:
         return (legacy,)
-    if all(_usable(table, flag) for flag in _PHASE_OFF):
-        return _PHASE_OFF
+    if all(usable(table, flag) for flag in PHASE_OFF):
+        return PHASE_OFF
     raise FlagError(
         f"cuda_graph.enabled=False: SGLang {table.version} has neither --disable-cuda-graph "
-        f"nor {' and '.join(_PHASE_OFF)} (table: {table.source})"
+        f"nor {' and '.join(PHASE_OFF)} (table: {table.source})"
     )
 
 
@@ -241,9 +185,9 @@ def validate_flags(argv: Sequence[str], table: OptionTable) -> tuple[str, ...]:
         spec = table.find(flag)
         if spec is not None:
             if spec.kind == "removed":
-                problems.append(_retired(flag, table))
+                problems.append(retired_message(flag, table))
             elif spec.is_deprecated:
-                warnings.append(_deprecated(flag, table))
+                warnings.append(deprecated_message(flag, table))
             continue
         matches = sorted(f for f in table.flags() if f.startswith(flag))
         if len(matches) == 1:
@@ -252,9 +196,9 @@ def validate_flags(argv: Sequence[str], table: OptionTable) -> tuple[str, ...]:
                 f"spell it out (a later release may add a flag that makes it ambiguous)"
             )
         elif matches:
-            problems.append(_missing(flag, table, ambiguous=matches))
+            problems.append(missing_message(flag, table, ambiguous=matches))
         elif " " not in token:
-            problems.append(_missing(flag, table))
+            problems.append(missing_message(flag, table))
     if problems:
         raise FlagError("\n".join(dict.fromkeys(problems)))
     try:
@@ -264,45 +208,6 @@ def validate_flags(argv: Sequence[str], table: OptionTable) -> tuple[str, ...]:
     for message in warnings:
         log.warning("%s", message)
     return tuple(warnings)
-
-
-def _missing(flag: str, table: OptionTable, *, ambiguous: Sequence[str] = ()) -> str:
-    if ambiguous:
-        what = f"{flag} is ambiguous in SGLang {table.version} (could match {', '.join(ambiguous)}"
-    else:
-        what = f"{flag} is not accepted by SGLang {table.version} ("
-    history = _history(flag, table)
-    if not history:
-        span = f"{known_versions()[0]}–{known_versions()[-1]}"
-        what += ("; " if ambiguous else "") + f"no release {span} has it"
-        near = difflib.get_close_matches(flag, sorted(table.flags()), n=3, cutoff=0.75)
-        tail = f"; did you mean {' or '.join(near)}?" if near else ""
-        return what + ")" + tail
-    first, last = history[0][0], history[-1][0]
-    sep = "; " if ambiguous else ""
-    if version_key(first) > version_key(table.version):
-        what += f"{sep}added in {first})"
-    elif version_key(last) < version_key(table.version):
-        what += f"{sep}removed in {_release_after(last, table)})"
-    else:
-        what += f"{sep}absent from this release, present in {first}–{last})"
-    use = replacement(flag, table)
-    return what + (f"; use {use}" if use else "")
-
-
-def _retired(flag: str, table: OptionTable) -> str:
-    use = replacement(flag, table)
-    return (
-        f"{flag} is retired in SGLang {table.version}: its parser knows the name only to stop "
-        f"or to ignore it (DeprecatedAction)" + (f"; use {use}" if use else "; drop it")
-    )
-
-
-def _deprecated(flag: str, table: OptionTable) -> str:
-    use = replacement(flag, table)
-    return f"{flag} is deprecated in SGLang {table.version} but still accepted" + (
-        f"; use {use}" if use else ""
-    )
 
 
 _ARGUMENT = re.compile(r"^argument (\S+): (.*)$", re.S)
@@ -343,82 +248,6 @@ def _stray(value: str, argv: Sequence[str], where: str) -> str:
     return f"stray value {value!r}{after} rejected by {where} (that option takes fewer values)"
 
 
-# ------------------------------------------------------ rename knowledge
-
-
-@cache
-def _builtin_releases() -> tuple[OptionTable, ...]:
-    return tuple(builtin_table(v) for v in known_versions())
-
-
-def _releases(table: OptionTable) -> tuple[OptionTable, ...]:
-    tables = {t.version: t for t in _builtin_releases()}
-    tables[table.version] = table  # the installed parser is the truth for its own release
-    return tuple(sorted(tables.values(), key=lambda t: version_key(t.version)))
-
-
-def _history(flag: str, table: OptionTable) -> list[tuple[str, OptionSpec, OptionTable]]:
-    """(version, option, table) for every release whose parser knows `flag`, oldest first."""
-    out = []
-    for release in _releases(table):
-        spec = release.find(flag)
-        if spec is not None:
-            out.append((release.version, spec, release))
-    return out
-
-
-def _release_after(version: str, table: OptionTable) -> str:
-    later = [t.version for t in _releases(table) if version_key(t.version) > version_key(version)]
-    return later[0] if later else table.version
-
-
-def _usable(table: OptionTable, flag: str) -> bool:
-    spec = table.find(flag)
-    return spec is not None and spec.kind in _WORKING
-
-
-def replacement(flag: str, table: OptionTable) -> str | None:
-    """The spelling to use in `table`'s release instead of `flag`, or None if none is known.
-
-    Derived from the tables: an alias (or deprecated switch) names its dest's
-    canonical option; a flag that disappeared names the option that took over
-    its dest; a flag newer than the release names the older spelling of its
-    dest. `_HINTS` covers the renames no table shows (env vars, changed meaning).
-    """
-    for hint in _HINTS:
-        if hint.flag == flag and all(_usable(table, need) for need in hint.needs):
-            return hint.use
-    history = _history(flag, table)
-    for _, spec, release in reversed(history):
-        if spec.is_deprecated:
-            found = _spelling_in(table, release, spec.dest, exclude=flag, kinds=_CANONICAL)
-            if found:
-                return found
-    if history:
-        _, last, last_release = history[-1]
-        found = _canonical(table, last.dest)
-        if found and found != flag:
-            return found
-        _, first, first_release = history[0]
-        found = _spelling_in(table, first_release, first.dest, exclude=flag, kinds=_WORKING)
-        if found:
-            return found
-    return None
-
-
-def _spelling_in(
-    table: OptionTable, release: OptionTable, dest: str, *, exclude: str, kinds: tuple[str, ...]
-) -> str | None:
-    """A spelling `release` stores into `dest` that `table` accepts (canonically first)."""
-    candidates = [s for opt in release.by_dest(dest) for s in opt.opts if s != exclude]
-    for wanted in (_CANONICAL, kinds):
-        for spelling in candidates:
-            spec = table.find(spelling)
-            if spec is not None and spec.kind in wanted:
-                return spelling
-    return None
-
-
 # --------------------------------------------------------- --config YAML
 
 
@@ -439,7 +268,7 @@ def config_yaml(argv_flags: Sequence[str], table: OptionTable) -> dict[str, obje
     attn_dp = (
         "dp_size" in dests
         and any(s.dest == "enable_dp_attention" and s.kind == "deprecated_store_true" for s, _, _ in groups)
-        and _usable(table, "--attn-dp-size")
+        and usable(table, "--attn-dp-size")
     )
     out: dict[str, object] = {}
     for spec, spelling, values in groups:
@@ -449,7 +278,7 @@ def config_yaml(argv_flags: Sequence[str], table: OptionTable) -> dict[str, obje
             if spec.dest == "dp_size":
                 out["attn-dp-size"] = _typed(spec, values)
         elif spec.kind in _YAML_KINDS:
-            key_flag = _canonical(table, spec.dest, ("store", "store_true")) or spelling
+            key_flag = canonical(table, spec.dest, ("store", "store_true")) or spelling
             out[key_flag[2:]] = True if spec.kind == "store_true" else _typed(spec, values)
         else:
             out.update(_yaml_equivalent(spec, spelling, table))
@@ -458,11 +287,11 @@ def config_yaml(argv_flags: Sequence[str], table: OptionTable) -> dict[str, obje
 
 def _yaml_equivalent(spec: OptionSpec, spelling: str, table: OptionTable) -> dict[str, object]:
     if spec.kind == "deprecated_store_true":
-        same = _canonical(table, spec.dest, ("store_true",))
+        same = canonical(table, spec.dest, ("store_true",))
         if same:
             return {same[2:]: True}
-        if spec.dest == "disable_cuda_graph" and all(_usable(table, f) for f in _PHASE_OFF):
-            return {f[2:]: True for f in _PHASE_OFF}
+        if spec.dest == "disable_cuda_graph" and all(usable(table, f) for f in PHASE_OFF):
+            return {f[2:]: True for f in PHASE_OFF}
     raise FlagError(
         f"{spelling}: a SGLang {table.version} --config file refuses it (kind {spec.kind}); "
         f"keep it on the command line"

@@ -1,0 +1,209 @@
+"""SGLang log events: the typed values `parse_line` turns one log line into.
+
+One frozen dataclass per kind of line that matters (reference/sglang.md §4), the
+failure signatures' `FailureKind`, and `LogEvent`, the union of them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeAlias
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServerArgs:
+    """`server_args=ServerArgs(...)`: the resolved launch settings that matter to tuning."""
+
+    cuda_graph_bs: tuple[int, ...] | None = None
+    cuda_graph_max_bs: int | None = None
+    disable_cuda_graph: bool | None = None
+    mem_fraction_static: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SparseBackends:
+    """The NSA/DSA attention backends SGLang settled on."""
+
+    prefill: str
+    decode: str
+    kv: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WeightLoadBegin:
+    avail_mem_gb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WeightLoadEnd:
+    elapsed_s: float | None = None
+    avail_mem_gb: float | None = None
+    mem_usage_gb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KvCacheAllocated:
+    """KV pool size; `label` for extra pools (draft, SWA), `post_capture` for the post-capture resize."""
+
+    tokens: int
+    dtype: str | None = None
+    label: str | None = None
+    post_capture: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryPoolEnd:
+    avail_mem_gb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureBegin:
+    """CUDA-graph capture starts; graph is 'decode', 'prefill' or 'verify'."""
+
+    graph: str
+    draft: bool = False
+    bs: tuple[int, ...] | None = None
+    avail_mem_gb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureEnd:
+    graph: str
+    draft: bool = False
+    bs: tuple[int, ...] | None = None
+    elapsed_s: float | None = None
+    mem_usage_gb: float | None = None
+    avail_mem_gb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KvSummary:
+    """The scheduler's `max_total_num_tokens=..., available_gpu_mem=... GB` line."""
+
+    max_total_num_tokens: int
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int | None = None
+    max_running_requests: int | None = None
+    context_len: int | None = None
+    available_gpu_mem_gb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HttpUp:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ready:
+    """`The server is fired up and ready to roll!`"""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DecodeBatch:
+    """One decode log line (per DP rank, every 40 steps); fields it lacks are None."""
+
+    running_req: int | None = None
+    num_tokens: int | None = None
+    token_usage: float | None = None
+    cuda_graph: bool | None = None
+    gen_throughput_tok_s: float | None = None
+    queue_req: int | None = None
+    rank: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PrefillBatch:
+    new_seq: int | None = None
+    new_token: int | None = None
+    cached_token: int | None = None
+    token_usage: float | None = None
+    running_req: int | None = None
+    queue_req: int | None = None
+    input_throughput_tok_s: float | None = None
+    cuda_graph: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KvRetraction:
+    """`KV cache pool is full. Retract requests.`: preemption, a throughput warning, not a crash."""
+
+    retracted_reqs: int | None = None
+    new_tokens_gained: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Deprecation:
+    message: str
+
+
+class FailureKind(str, Enum):
+    """Failure signatures of §4.3, old and new versions."""
+
+    BAD_ARGS = "bad_args"
+    NOT_ENOUGH_MEMORY = "not_enough_memory"
+    CUDA_OOM = "cuda_oom"
+    CAPTURE_FAILED = "capture_failed"
+    KV_EXHAUSTED = "kv_exhausted"
+    MEMORY_IMBALANCE = "memory_imbalance"
+    UNSUPPORTED_ARCH = "unsupported_arch"
+    NAN = "nan"
+    WATCHDOG = "watchdog"
+    CUDA_ERROR = "cuda_error"
+    CHILD_EXCEPTION = "child_exception"
+    SUBPROCESS_CRASHED = "subprocess_crashed"
+    RANK_DEAD = "rank_dead"
+    INIT_FAILED = "init_failed"
+    SIGQUIT = "sigquit"
+    HEALTH_CHECK_FAILED = "health_check_failed"
+
+    @property
+    def is_root_cause(self) -> bool:
+        """False for the generic and teardown lines that follow (or wrap) the real error."""
+        return self not in _SECONDARY
+
+
+_SECONDARY = frozenset(
+    {
+        FailureKind.CUDA_ERROR,
+        FailureKind.CHILD_EXCEPTION,
+        FailureKind.SUBPROCESS_CRASHED,
+        FailureKind.RANK_DEAD,
+        FailureKind.INIT_FAILED,
+        FailureKind.SIGQUIT,
+        FailureKind.HEALTH_CHECK_FAILED,
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FailureLine:
+    """A line matching a failure signature; `fatal` when the server dies after it."""
+
+    kind: FailureKind
+    fatal: bool
+    detail: str
+    line: str
+    oom: bool = False
+    unsupported: bool = False
+
+
+LogEvent: TypeAlias = (
+    ServerArgs
+    | SparseBackends
+    | WeightLoadBegin
+    | WeightLoadEnd
+    | KvCacheAllocated
+    | MemoryPoolEnd
+    | CaptureBegin
+    | CaptureEnd
+    | KvSummary
+    | HttpUp
+    | Ready
+    | DecodeBatch
+    | PrefillBatch
+    | KvRetraction
+    | Deprecation
+    | FailureLine
+)
