@@ -89,7 +89,10 @@ def lock_path(db_url: str, run_dir: Path) -> Path:
 
     url = make_url(db_url)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        return Path(url.database).with_name(Path(url.database).name + ".tuner-lock")
+        db = Path(url.database)
+        if not db.parent.is_dir():
+            raise StoreError(f"cannot open {db_url}: the directory {db.parent} does not exist")
+        return db.with_name(db.name + ".tuner-lock")
     return run_dir / ".ask.lock"
 
 
