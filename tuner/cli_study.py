@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+from rich.console import Console
+from rich.logging import RichHandler
 
 from tuner.config import Phase
 from tuner.errors import ConfigError, FlagError
@@ -42,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         summary = runner.run(Hooks(on_trial=on_trial, on_phase=on_phase))
     else:
-        with RunDisplay(budget=runner.budget, metric_names=metric_names) as display:
+        with RunDisplay(budget=runner.budget, metric_names=metric_names) as display, _log_to(display.console):
             summary = runner.run(
                 Hooks(on_trial=display.on_trial, on_phase=display.on_phase, on_start=display.on_start)
             )
@@ -54,6 +60,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     print_status(runner.store, summary.study_name, runner.study)
     return 130 if summary.interrupted else 0
+
+
+@contextlib.contextmanager
+def _log_to(console: Console) -> Iterator[None]:
+    """Route log records through the live display's console so they print above it, not through it."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers = [RichHandler(console=console, show_path=False, show_time=True, markup=False)]
+    try:
+        yield
+    finally:
+        root.handlers = saved
 
 
 def cmd_trial(args: argparse.Namespace) -> int:
