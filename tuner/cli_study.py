@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.config import Phase
+from tuner.config import Outcome, Phase
 from tuner.errors import ConfigError, FlagError
 
 
@@ -34,7 +34,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plain or not sys.stderr.isatty():
 
         def on_trial(ev: TrialEvent) -> None:
-            values = " ".join(f"{n}={v:.1f}" for n, v in zip(metric_names, ev.values, strict=False))
+            measured = ev.outcome in (Outcome.OK, Outcome.SLO_VIOLATION)
+            pairs = zip(metric_names, ev.values, strict=False)
+            values = " ".join(f"{n}={v:.1f}" for n, v in pairs) if measured else ""
             reused = f" (reused #{ev.reused_from})" if ev.reused_from is not None else ""
             head = f"trial {ev.number}: {ev.outcome.value} {values} {ev.duration_s:.1f}s{reused}"
             print(

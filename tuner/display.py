@@ -111,7 +111,8 @@ class RunDisplay:
         for col in ("#", "outcome", *self.metric_names, "s", "note"):
             recent.add_column(col)
         for ev in self.history[-8:]:
-            vals = [f"{v:.1f}" for v in ev.values] or ["-"] * len(self.metric_names)
+            measured = ev.outcome in (Outcome.OK, Outcome.SLO_VIOLATION) and ev.values
+            vals = [f"{v:,.1f}" for v in ev.values] if measured else ["-"] * len(self.metric_names)
             note = f"reused #{ev.reused_from}" if ev.reused_from is not None else ev.message[:60]
             style = "green" if ev.feasible else ("yellow" if ev.outcome is Outcome.OK else "red")
             recent.add_row(
