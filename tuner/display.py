@@ -33,7 +33,9 @@ def result_line(result: TrialResult) -> str:
 class RunDisplay:
     """Trial k/N, phase, elapsed and ETA, best so far, last failure."""
 
-    def __init__(self, *, budget: int | None, metric_names: Sequence[str], console: Console | None = None) -> None:
+    def __init__(
+        self, *, budget: int | None, metric_names: Sequence[str], console: Console | None = None
+    ) -> None:
         self.console = console or Console(stderr=True)
         self.budget = budget
         self.metric_names = tuple(metric_names)
