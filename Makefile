@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv clean
+.PHONY: demo test lint venv clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,11 @@ venv: $(VENV)/.installed
 demo: venv
 	$(BIN)/python -m tuner run --space search_spaces/glm5-nvfp4-sm120-sim.yaml --trials 12
 
-test: venv
+lint: venv
+	$(BIN)/ruff check tuner tests
+	$(BIN)/mypy tuner
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 clean:

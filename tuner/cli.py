@@ -23,7 +23,9 @@ def _duration(text: str) -> float:
     try:
         return float(parse_duration(text))
     except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 30m or 8h (got {text!r})") from exc
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 90s, 30m or 8h (got {text!r})"
+        ) from exc
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from tuner.bench.types import BenchResult
     from tuner.gate import GateResult  # noqa: F401
 
-FlagValue = Union[bool, int, float, str, tuple[int, ...], tuple[str, ...]]
+FlagValue: TypeAlias = bool | int | float | str | tuple[int, ...] | tuple[str, ...]
 
 
 class Phase(str, Enum):

@@ -123,7 +123,14 @@ def inspect_content(text: str, *, finish_reason: str | None = None) -> GarbageFi
     if not stripped:
         suffix = f" (finish_reason {finish_reason!r})" if finish_reason is not None else ""
         return GarbageFinding(reason=GarbageReason.EMPTY, message=f"empty output{suffix}")
-    for check in (_nan_markers, _token_zero_run, _replacement_chars, _control_chars, _repeated_unit, _dominant_word):
+    for check in (
+        _nan_markers,
+        _token_zero_run,
+        _replacement_chars,
+        _control_chars,
+        _repeated_unit,
+        _dominant_word,
+    ):
         finding = check(stripped)
         if finding is not None:
             return finding

@@ -16,7 +16,6 @@ raises `ReportError` rather than show a front that one of them denies.
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +30,7 @@ from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError, TunerError
 from tuner.space_sections import METRICS
 from tuner.store import SqlStore, mask_url, optuna_storage_kwargs
+from tuner.store_codec import finite
 from tuner.store_rows import StoredTrial
 
 __all__ = [
@@ -166,14 +166,14 @@ def measurements(row: StoredTrial) -> dict[str, float | None]:
     out: dict[str, float | None] = dict.fromkeys(MEASURED)
     for name in MEASURED:
         value = row.metrics.get(name) if row.metrics else None
-        out[name] = _finite(value)
-    out["kv_tokens"] = _finite(row.kv_tokens)
-    out["min_free_vram_mib"] = _finite(row.min_free_mib)
+        out[name] = finite(value)
+    out["kv_tokens"] = finite(row.kv_tokens)
+    out["min_free_vram_mib"] = finite(row.min_free_mib)
     point = _objective_point_metrics(row.bench)
     for name, (group, stat) in _LATENCY.items():
         stats = point.get(group) if point else None
         if out[name] is None and isinstance(stats, Mapping) and stats.get("count"):
-            out[name] = _finite(stats.get(stat))  # count 0 means "no values", not a 0 ms latency
+            out[name] = finite(stats.get(stat))  # count 0 means "no values", not a 0 ms latency
     return out
 
 
@@ -185,16 +185,6 @@ def _objective_point_metrics(bench: Mapping[str, Any] | None) -> Mapping[str, An
     index = index if isinstance(index, int) and -len(points) <= index < len(points) else -1
     metrics = points[index].get("metrics") if isinstance(points[index], Mapping) else None
     return metrics if isinstance(metrics, Mapping) else None
-
-
-def _finite(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tuner.orphans import pid_alive  # a zombie counts as dead
+from tuner.procgroup import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def poll(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.02) -> object:
@@ -36,20 +33,6 @@ def poll(condition: Callable[[], object], timeout_s: float, what: str, interval_
         time.sleep(interval_s)
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie counts as dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 class Sim:
     """One simulator process: its own session, a log file, a port and a state dir."""
 
@@ -61,7 +44,7 @@ class Sim:
         full_env.update({"TUNER_SIM_STATE_DIR": str(self.state_dir), "PYTHONUNBUFFERED": "1"})
         full_env.update(env or {})
         self.argv = [sys.executable, "-m", "tuner.sim", "--port", str(self.port), *args]
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - open for the process's life; kill() closes it
         self.proc = subprocess.Popen(
             self.argv,
             cwd=REPO,
@@ -106,16 +89,12 @@ class Sim:
         return [pid for pid in self.procs() if pid != self.proc.pid]
 
     def kill(self) -> None:
-        for pid, doc in self.procs().items():  # strays that left the session
+        for pid in self.procs():  # strays that left the session
             if pid_alive(pid):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(10)
         self._log.close()
 

@@ -17,6 +17,7 @@ from tuner.bench.runner import benchmark
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, RequestTimeouts, Workload
 from tuner.bench.types import ErrorClass, OutputSource
 from tuner.errors import BenchmarkError
+from tuner.procgroup import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -292,9 +293,7 @@ def test_flush_cache_refusal_is_tolerated_with_progress_bar(server: FakeServer) 
 
 
 def test_unreachable_server() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(BenchmarkError, match="v1/models"):
         benchmark(url, settings(), settle_s=0.0)

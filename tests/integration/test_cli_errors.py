@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _space_error_cases() -> list[tuple]:
     """The space-file mistakes of the loader's unit tests, run here through the CLI."""
-    spec = importlib.util.spec_from_file_location("space_error_cases", ROOT / "tests/unit/test_space_errors.py")
+    spec = importlib.util.spec_from_file_location(
+        "space_error_cases", ROOT / "tests/unit/test_space_errors.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -24,13 +26,17 @@ def _space_error_cases() -> list[tuple]:
 
 
 # A few kinds through the real CLI (every kind is covered at the loader's level in the unit tests).
-CASES = [c for c in _space_error_cases() if c[0] in
-         {"unknown-top-key", "wrong-type", "inverted-range", "duplicate-key", "yaml-syntax"}]
+CASES = [
+    c
+    for c in _space_error_cases()
+    if c[0] in {"unknown-top-key", "wrong-type", "inverted-range", "duplicate-key", "yaml-syntax"}
+]
 
 
 def _tuner(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=tmp, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args], cwd=tmp, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -59,7 +65,9 @@ def test_unknown_flag_for_the_installed_release_exits_2_before_any_launch(tmp_pa
 
 def test_unreachable_database_is_one_line_naming_it(tmp_path: Path) -> None:
     space = ROOT / "search_spaces" / "tiny-fast-sim.yaml"
-    done = _tuner(tmp_path, "run", "--space", str(space), "--db", "sqlite:////nonexistent-dir/x/exp.db", "--plain")
+    done = _tuner(
+        tmp_path, "run", "--space", str(space), "--db", "sqlite:////nonexistent-dir/x/exp.db", "--plain"
+    )
     assert done.returncode != 0
     lines = [ln for ln in done.stderr.splitlines() if ln.strip() and not ln.startswith("20")]
     assert lines and lines[-1].startswith("error: ") and "nonexistent-dir" in lines[-1], done.stderr

@@ -7,7 +7,6 @@ synchronous wrapper, as the trial runner calls it.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -18,6 +17,7 @@ from aiohttp import web
 
 from tuner.gate import GateRound, GateVerdict, gate
 from tuner.gate_settings import DEFAULT_PROMPTS, GateSettings
+from tuner.procgroup import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -211,9 +211,7 @@ def test_server_death_during_the_burst_stops_the_gate() -> None:
 
 
 def test_connection_refused_is_an_error() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     result = gate(f"http://127.0.0.1:{port}", SETTINGS, captured_bs=None, model="m")
     assert result.verdict is GateVerdict.ERROR
     assert result.reason is not None and "connection failed" in result.reason

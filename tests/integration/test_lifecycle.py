@@ -6,6 +6,7 @@ survives and its port is free.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import time
@@ -15,7 +16,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tuner.config import CudaGraph, Failure, LaunchSpec, LaunchTimeouts, Outcome, Phase, ServerFacts, TrialConfig
+from tuner.config import (
+    CudaGraph,
+    Failure,
+    LaunchSpec,
+    LaunchTimeouts,
+    Outcome,
+    Phase,
+    ServerFacts,
+    TrialConfig,
+)
 from tuner.errors import FlagError, PortInUseError
 from tuner.gpu import FileGpuProbe, wait_for_release
 from tuner.procgroup import free_port, port_is_free
@@ -25,14 +35,18 @@ from tuner.sglang.server import ServerProcess
 
 pytestmark = pytest.mark.integration
 
-FAST = LaunchTimeouts(startup_s=20, idle_log_s=3, ready_poll_s=0.05, sigint_grace_s=2, sigterm_grace_s=2, release_s=5)
+FAST = LaunchTimeouts(
+    startup_s=20, idle_log_s=3, ready_poll_s=0.05, sigint_grace_s=2, sigterm_grace_s=2, release_s=5
+)
 TINY = ["--model-path", "/models/tiny", "--tp-size", "1"]
 
 
 def _spec(tmp: Path, flags: list[str], *, scenario: str = "tiny-fast", version: str = "0.5.9",
-          inject: tuple[str, ...] = (), timeouts: LaunchTimeouts = FAST, port: int | None = None) -> LaunchSpec:
+          inject: tuple[str, ...] = (), timeouts: LaunchTimeouts = FAST,
+          port: int | None = None) -> LaunchSpec:
     port = port or free_port()
-    argv = [sys.executable, "-m", "tuner.sim", "--sim-scenario", scenario, "--sim-sglang-version", version]
+    argv = [sys.executable, "-m", "tuner.sim", "--sim-scenario", scenario,
+            "--sim-sglang-version", version]  # fmt: skip
     for item in inject:
         argv += ["--sim-inject", item]
     argv += [*flags, "--host", "127.0.0.1", "--port", str(port)]
@@ -56,10 +70,8 @@ def _assert_clean(server: ServerProcess, spec: LaunchSpec, tmp: Path) -> None:
     pids = server.our_pids()
     server.stop()
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"pid {pid} survived"
-        except psutil.NoSuchProcess:
-            pass
     assert port_is_free("127.0.0.1", spec.port)
     probe = FileGpuProbe(tmp / "gpu")
     wait_for_release(probe, tuple(d.index for d in probe.devices()), baseline_used_mib=None, our_pids=pids,
@@ -96,7 +108,7 @@ def test_renamed_flag_is_caught_before_launch_with_the_replacement_named() -> No
 def test_oom_at_capture(tmp_path: Path) -> None:
     flags = ["--model-path", "/m", "--tp-size", "8", "--mem-fraction-static", "0.95",
              "--nsa-prefill-backend", "trtllm", "--nsa-decode-backend", "trtllm",
-             "--cuda-graph-bs", *"1 2 4 8 12 16 24 32 40 48 56 64".split()]
+             "--cuda-graph-bs", "1", "2", "4", "8", "12", "16", "24", "32", "40", "48", "56", "64"]
     spec = _spec(tmp_path, flags, scenario="glm5-nvfp4-sm120")
     server, failure = _launch(spec)
     assert isinstance(failure, Failure), failure
@@ -141,7 +153,8 @@ def test_crash_after_ready_is_seen_within_a_second(tmp_path: Path) -> None:
 
 def test_hang_without_a_ready_line_is_cut_off_by_the_watchdog(tmp_path: Path) -> None:
     timeouts = replace(FAST, idle_log_s=1.0)
-    spec = _spec(tmp_path, [*TINY, "--mem-fraction-static", "0.8"], inject=("hang_at=load",), timeouts=timeouts)
+    flags = [*TINY, "--mem-fraction-static", "0.8"]
+    spec = _spec(tmp_path, flags, inject=("hang_at=load",), timeouts=timeouts)
     server, failure = _launch(spec)
     assert isinstance(failure, Failure), failure
     assert failure.outcome is Outcome.HANG

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from tuner.export_render import split_launcher
+from tuner.procgroup import free_port
 from tuner.report import load_study_data
 from tuner.sglang.flags import config_to_argv
 from tuner.sglang.options import build_parser, builtin_table
@@ -25,12 +25,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ("profile_study",)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _best_row(study: ProfileStudy, prefer: str = "balanced"):
@@ -50,7 +44,7 @@ def test_exported_script_starts_a_server_with_the_trials_kv_tokens(
     assert "chose trial" in done.stderr and "prefer=balanced" in done.stderr
     assert os.access(script, os.X_OK)
     row = _best_row(profile_study)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         ["bash", str(script)],
         env={**os.environ, "PORT": str(port)},

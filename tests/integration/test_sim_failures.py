@@ -107,7 +107,8 @@ def test_deprecated_aliases_warn_and_work(sim_factory):
     sim.wait_ready()
     log = sim.log()
     assert (
-        "\033[1;33m'--nsa-decode-backend' is deprecated and will be removed in a future release. Use '--dsa-decode-backend' instead.\033[0m"
+        "\033[1;33m'--nsa-decode-backend' is deprecated and will be removed in a future release. "
+        "Use '--dsa-decode-backend' instead.\033[0m"
         in log
     )
     assert "'--cuda-graph-bs' is deprecated" in log
@@ -162,7 +163,8 @@ def test_low_fraction_is_not_enough_memory(sim_factory):
     )
     _assert_startup_death(
         sim,
-        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: self.server_args.mem_fraction_static=0.6",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        "Current value: self.server_args.mem_fraction_static=0.6",
     )
 
 

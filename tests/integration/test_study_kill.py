@@ -1,4 +1,4 @@
-"""Kill `python -m tuner run` at every phase, run it again: the study completes exactly, nothing is left behind.
+"""Kill `python -m tuner run` at every phase, run it again: the study completes exactly, nothing is left.
 
 The run is a real process driving real simulator servers over HTTP. It is
 killed (SIGKILL: no chance to clean up; SIGINT: graceful) when its plain
@@ -36,11 +36,11 @@ def _space(tmp: Path) -> Path:
 
 
 def _start(tmp: Path) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "tuner", "run", "--space", str(_space(tmp)), "--db", str(tmp / "exp.db"),
-           "--trials", str(BUDGET), "--plain"]
+    cmd = [sys.executable, "-m", "tuner", "run", "--space", str(_space(tmp)),
+           "--db", str(tmp / "exp.db"), "--trials", str(BUDGET), "--plain"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
 
 
 def _lines_until(proc: subprocess.Popen[str], marker: str, timeout_s: float = 60.0) -> Iterator[str]:
@@ -60,9 +60,9 @@ def _sim_processes(tmp: Path) -> list[psutil.Process]:
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmd = proc.info["cmdline"] or []
-            if "tuner.sim" in cmd and str(tmp) in proc.environ().get("TUNER_SIM_STATE_DIR", ""):
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
+            ours = "tuner.sim" in cmd and str(tmp) in proc.environ().get("TUNER_SIM_STATE_DIR", "")
+            if ours and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
         except psutil.Error:
             continue
     return found
@@ -70,8 +70,8 @@ def _sim_processes(tmp: Path) -> list[psutil.Process]:
 
 def _finish(tmp: Path) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "tuner", "run", "--space", str(tmp / "space.yaml"), "--db", str(tmp / "exp.db"),
-         "--trials", str(BUDGET), "--plain"],
+        [sys.executable, "-m", "tuner", "run", "--space", str(tmp / "space.yaml"),
+         "--db", str(tmp / "exp.db"), "--trials", str(BUDGET), "--plain"],
         cwd=tmp, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -122,10 +122,10 @@ def test_sigint_tears_down_records_interrupted_and_resumes(tmp_path: Path, marke
 
 def test_two_workers_share_one_study(tmp_path: Path) -> None:
     space = _space(tmp_path)
-    cmd = [sys.executable, "-m", "tuner", "run", "--space", str(space), "--db", str(tmp_path / "exp.db"),
-           "--trials", "4", "--plain"]
-    workers = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for _ in range(2)]
+    cmd = [sys.executable, "-m", "tuner", "run", "--space", str(space),
+           "--db", str(tmp_path / "exp.db"), "--trials", "4", "--plain"]
+    workers = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True) for _ in range(2)]
     outputs = [w.communicate(timeout=180)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
     url = f"sqlite:///{tmp_path / 'exp.db'}"

@@ -36,7 +36,8 @@ def _foreign_holder(ctx: TrialContext) -> subprocess.Popen[bytes]:
     (state / "gpus.json").write_text(json.dumps({"gpus": [{"index": 0, "uuid": "GPU-x", "name": "sim",
                                                             "compute_capability": "9.0", "total_mib": 81559,
                                                             "driver": "sim"}]}))
-    (state / "procs" / f"{holder.pid}.json").write_text(json.dumps({"pid": holder.pid, "used_mib": {"0": 30720}}))
+    record = {"pid": holder.pid, "used_mib": {"0": 30720}}
+    (state / "procs" / f"{holder.pid}.json").write_text(json.dumps(record))
     return holder
 
 

@@ -39,7 +39,8 @@ def _wait_for(predicate, timeout_s: float = 10.0) -> None:
 
 def test_stop_escalates_to_sigkill_when_signals_are_ignored() -> None:
     lines: list[str] = []
-    group = ProcessGroup([sys.executable, "-c", IGNORES_SIGINT_AND_SIGTERM], env=dict(os.environ), on_line=lines.append)
+    argv = [sys.executable, "-c", IGNORES_SIGINT_AND_SIGTERM]
+    group = ProcessGroup(argv, env=dict(os.environ), on_line=lines.append)
     _wait_for(lambda: "ready" in lines)
     report = group.stop(sigint_grace_s=0.3, sigterm_grace_s=0.3)
     assert report.signals_sent == ("SIGINT", "SIGTERM", "SIGKILL")

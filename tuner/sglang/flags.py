@@ -19,7 +19,6 @@ from tuner.config import FlagValue, TrialConfig
 from tuner.errors import ConfigError, FlagError
 from tuner.sglang.options import ArgvError, OptionSpec, OptionTable, build_parser
 from tuner.sglang.renames import (
-    CANONICAL_KINDS,
     PHASE_OFF,
     WORKING_KINDS,
     canonical,

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any, NoReturn, cast
 
 from tuner.errors import ConfigError
 
@@ -26,7 +27,8 @@ class OptionSpec:
 
     opts: tuple[str, ...]
     dest: str
-    kind: str  # store | store_true | bool_optional | alias | removed | deprecated_store_true | deprecated_store_const
+    # store | store_true | bool_optional | alias | removed | deprecated_store_true | deprecated_store_const
+    kind: str
     nargs: int | str | None
     value_type: str  # int | float | str
     choices: tuple[str, ...] | None
@@ -81,9 +83,9 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 @cache
-def _builtin_data() -> dict:
+def _builtin_data() -> dict[str, Any]:
     text = resources.files("tuner.sglang").joinpath("option_tables.json").read_text()
-    return json.loads(text)
+    return cast(dict[str, Any], json.loads(text))
 
 
 def known_versions() -> tuple[str, ...]:
@@ -91,7 +93,7 @@ def known_versions() -> tuple[str, ...]:
     return tuple(sorted(_builtin_data()["versions"], key=version_key))
 
 
-def table_from_entries(version: str, entries: list[list], source: str) -> OptionTable:
+def table_from_entries(version: str, entries: list[list[Any]], source: str) -> OptionTable:
     """Build a table from compact entries [opts, dest, kind, nargs, type, choices]."""
     options = tuple(
         OptionSpec(
@@ -133,14 +135,16 @@ class ArgvError(Exception):
 
 
 class _RaisingParser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise ArgvError(message)
 
 
 _TYPES = {"int": int, "float": float, "str": str}
 
 
-def build_parser(table: OptionTable, *, prog: str = "launch_server", raising: bool = True) -> argparse.ArgumentParser:
+def build_parser(
+    table: OptionTable, *, prog: str = "launch_server", raising: bool = True
+) -> argparse.ArgumentParser:
     """An argparse parser that accepts exactly what `table`'s release accepts.
 
     With raising=True, errors raise ArgvError (for validation); otherwise they
@@ -154,7 +158,7 @@ def build_parser(table: OptionTable, *, prog: str = "launch_server", raising: bo
 
 
 def _add(parser: argparse.ArgumentParser, opt: OptionSpec) -> None:
-    kw: dict = {"dest": opt.dest, "default": argparse.SUPPRESS}
+    kw: dict[str, Any] = {"dest": opt.dest, "default": argparse.SUPPRESS}
     if opt.takes_value:
         if opt.nargs not in (None, 0):
             kw["nargs"] = opt.nargs
@@ -172,7 +176,7 @@ def _add(parser: argparse.ArgumentParser, opt: OptionSpec) -> None:
         raise ValueError(f"unknown option kind {opt.kind!r} for {opt.opts}")
 
 
-def _typed_choices(opt: OptionSpec) -> list:
+def _typed_choices(opt: OptionSpec) -> list[Any]:
     convert = _TYPES.get(opt.value_type, str)
     out = []
     for choice in opt.choices or ():

@@ -21,6 +21,7 @@ PHASE_OFF = ("--disable-decode-cuda-graph", "--disable-prefill-cuda-graph")
 CANONICAL_KINDS = ("store", "store_true", "bool_optional")
 WORKING_KINDS = (*CANONICAL_KINDS, "alias", "deprecated_store_true")
 
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Hint:
     """A rename the option tables cannot show: what to use instead of `flag`, when `needs` exist."""
@@ -75,6 +76,7 @@ def canonical(table: OptionTable, dest: str, kinds: tuple[str, ...] = CANONICAL_
 
 
 def usable(table: OptionTable, flag: str) -> bool:
+    """True when `table`'s release has `flag` as a working option (not retired, not ignored)."""
     spec = table.find(flag)
     return spec is not None and spec.kind in WORKING_KINDS
 
@@ -83,6 +85,7 @@ def usable(table: OptionTable, flag: str) -> bool:
 
 
 def missing_message(flag: str, table: OptionTable, *, ambiguous: Sequence[str] = ()) -> str:
+    """Why `table`'s release refuses `flag` (absent or ambiguous), with its history and replacement."""
     if ambiguous:
         what = f"{flag} is ambiguous in SGLang {table.version} (could match {', '.join(ambiguous)}"
     else:
@@ -107,6 +110,7 @@ def missing_message(flag: str, table: OptionTable, *, ambiguous: Sequence[str] =
 
 
 def retired_message(flag: str, table: OptionTable) -> str:
+    """`flag` is known to `table`'s release only to stop on or to ignore; what to use instead."""
     use = replacement(flag, table)
     return (
         f"{flag} is retired in SGLang {table.version}: its parser knows the name only to stop "
@@ -115,6 +119,7 @@ def retired_message(flag: str, table: OptionTable) -> str:
 
 
 def deprecated_message(flag: str, table: OptionTable) -> str:
+    """`flag` still works in `table`'s release but is deprecated; what to use instead."""
     use = replacement(flag, table)
     return f"{flag} is deprecated in SGLang {table.version} but still accepted" + (
         f"; use {use}" if use else ""

@@ -73,7 +73,8 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
             k, eq2, v = value.partition("=")
             if not eq2 or k not in _INJECT_TYPES:
                 raise SimFlagError(
-                    f"argument --sim-inject: expected KEY=VALUE with KEY in {sorted(_INJECT_TYPES)} (got {value!r})"
+                    f"argument --sim-inject: expected KEY=VALUE with KEY in {sorted(_INJECT_TYPES)} "
+                    f"(got {value!r})"
                 )
             try:
                 injects[k] = _INJECT_TYPES[k](v)

@@ -7,6 +7,7 @@ kills the whole tree, as SGLang's launcher does.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any, NoReturn
 
 from tuner.sim import logfmt, memory, statefiles
 from tuner.sim.args import Injections
@@ -70,10 +72,13 @@ class _Memory:
 
 def _fail(job: ChildJob, where: str, error: str) -> None:
     log.error(logfmt.scheduler_exception(where, error))
-    try:
+    _quit_parent(job)
+
+
+def _quit_parent(job: ChildJob) -> NoReturn:
+    """SIGQUIT the parent, as a failed SGLang scheduler does, and wait to be killed."""
+    with contextlib.suppress(ProcessLookupError):
         os.kill(job.parent_pid, signal.SIGQUIT)
-    except ProcessLookupError:
-        pass
     time.sleep(10)  # the parent kills the tree long before this
     os._exit(1)
 
@@ -94,7 +99,7 @@ def _spawn_orphan(job: ChildJob) -> None:
     )
 
 
-def startup(job: ChildJob, mem: _Memory) -> dict:
+def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
     """Load, allocate, capture; returns facts for the parent or never returns (failure / hang)."""
     s, launch, plan, inject = job.scenario, job.launch, job.plan, job.inject
     context_mib = plan.overhead_mib / 2
@@ -182,12 +187,7 @@ def run_child(job: ChildJob, conn: Connection) -> None:
             mem.set(max(mem.used_mib, float(message[1])))
         elif kind == "crash":
             log.error(message[1])
-            try:
-                os.kill(job.parent_pid, signal.SIGQUIT)
-            except ProcessLookupError:
-                pass
-            time.sleep(10)
-            os._exit(1)
+            _quit_parent(job)
         elif kind == "exit":
             if job.state_dir:
                 statefiles.remove_proc(job.state_dir)

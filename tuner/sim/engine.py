@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tuner.sim import logfmt, memory, perf
 from tuner.sim.memory import MemoryPlan
@@ -33,7 +34,7 @@ class Request:
     prompt_tokens: int
     answer: Answer
     rid: str = field(default_factory=lambda: f"{next(_ids):032x}")
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)  # see DONE below
     arrival_s: float = field(default_factory=time.monotonic)
     prefilled: int = 0
     generated: int = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -12,6 +13,7 @@ import sys
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -59,10 +61,8 @@ def _configure_logging(launch: Launch) -> None:
 def _kill_tree_and_self(child: BaseProcess | None) -> None:
     """SGLang's kill_process_tree(include_parent=True): SIGKILL the children, then ourselves."""
     if child is not None and child.pid and child.is_alive():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     logging.shutdown()
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -114,7 +114,8 @@ def _run(
         statefiles.write_gpus(state_dir, scenario)
     if at_least(launch.version, "0.5.10") and launch.enable_nan_detection:
         log.warning(
-            "--enable-nan-detection is deprecated. Use SGLANG_SPEC_NAN_DETECTION=1 and SGLANG_SPEC_OOB_DETECTION=1 instead."
+            "--enable-nan-detection is deprecated. "
+            "Use SGLANG_SPEC_NAN_DETECTION=1 and SGLANG_SPEC_OOB_DETECTION=1 instead."
         )
     log.info(logfmt.server_args_line(launch.args))
     if scenario.model.sparse_attention:
@@ -152,7 +153,7 @@ def _run(
         return 1
 
 
-def _wait_ready(launch: Launch, child: BaseProcess, conn: Connection) -> dict:
+def _wait_ready(launch: Launch, child: BaseProcess, conn: Connection) -> dict[str, Any]:
     while True:
         if conn.poll(0.05):
             try:
@@ -160,7 +161,7 @@ def _wait_ready(launch: Launch, child: BaseProcess, conn: Connection) -> dict:
             except EOFError:
                 kind, facts = "eof", {}
             if kind == "ready":
-                return facts
+                return cast(dict[str, Any], facts)
         if not child.is_alive():
             child.join(0.1)
             code = child.exitcode if child.exitcode is not None else -9
@@ -177,17 +178,15 @@ async def _serve(
     argv: list[str],
     child: BaseProcess,
     conn: Connection,
-    facts: dict,
+    facts: dict[str, Any],
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     exit_code = {"code": 0}
 
-    def send(message: tuple) -> None:
-        try:
+    def send(message: tuple[Any, ...]) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
             conn.send(message)
-        except (BrokenPipeError, OSError):
-            pass
 
     engine = Engine(
         scenario=scenario,
@@ -218,10 +217,13 @@ async def _serve(
     loop.add_signal_handler(signal.SIGQUIT, on_sigquit)
     if not sim.inject.ignore_sigterm:
         loop.add_signal_handler(signal.SIGTERM, lambda: _start_drain(state, stop))
-        loop.add_signal_handler(
-            signal.SIGINT,
-            lambda: (exit_code.update(code=0), setattr(state, "status", "Stopping"), stop.set()),
-        )
+
+        def on_sigint() -> None:
+            exit_code.update(code=0)
+            state.status = "Stopping"
+            stop.set()
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
 
     engine_task = asyncio.create_task(engine.run())
     runner = web.AppRunner(make_app(state), access_log=None, handle_signals=False)
@@ -230,27 +232,23 @@ async def _serve(
         await web.TCPSite(runner, launch.host, launch.port, reuse_address=True).start()
     except OSError as exc:
         log.error(
-            f"[Errno {exc.errno}] error while attempting to bind on address ({launch.host!r}, {launch.port}): {exc.strerror}"
+            f"[Errno {exc.errno}] error while attempting to bind on address "
+            f"({launch.host!r}, {launch.port}): {exc.strerror}"
         )
         _kill_tree_and_self(child)
     log.info(logfmt.uvicorn_running(launch.host, launch.port), extra={"bare": True})
     watch = asyncio.create_task(_watch_child(state, child))
     if sim.inject.crash_after_ready_s is not None:
-        loop.call_later(
-            sim.inject.crash_after_ready_s,
-            lambda: (
-                engine.dead
-                or send(
-                    (
-                        "crash",
-                        logfmt.scheduler_exception(
-                            "forward",
-                            "RuntimeError: CUDA error: an illegal memory access was encountered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
-                        ),
-                    )
+
+        def crash() -> None:
+            if not engine.dead:
+                error = (
+                    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
                 )
-            ),
-        )
+                send(("crash", logfmt.scheduler_exception("forward", error)))
+
+        loop.call_later(sim.inject.crash_after_ready_s, crash)
     if not launch.skip_server_warmup:
         req = Request(
             prompt_tokens=4,

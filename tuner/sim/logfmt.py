@@ -54,7 +54,10 @@ def pool_end(avail_mib: float) -> str:
 def capture_begin(launch: Launch, avail_mib: float) -> str:
     bs = list(launch.captured_bs)
     if at_least(launch.version, "0.5.22"):
-        return f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem={gb(avail_mib)} GB"
+        return (
+            "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
+            f"avail mem={gb(avail_mib)} GB"
+        )
     if at_least(launch.version, "0.5.14"):
         key = "num_tokens_per_req" if at_least(launch.version, "0.5.16") else "num_tokens_per_bs"
         return (
@@ -67,7 +70,8 @@ def capture_begin(launch: Launch, avail_mib: float) -> str:
 def capture_end(launch: Launch, elapsed_s: float, usage_mib: float, avail_mib: float) -> str:
     if at_least(launch.version, "0.5.22"):
         return (
-            f"Capture target decode CUDA graph end. bs={list(launch.captured_bs)}, elapsed={elapsed_s:.2f} s, "
+            f"Capture target decode CUDA graph end. bs={list(launch.captured_bs)}, "
+            f"elapsed={elapsed_s:.2f} s, "
             f"mem usage={gb(usage_mib)} GB, avail mem={gb(avail_mib)} GB."
         )
     if at_least(launch.version, "0.5.14"):
@@ -109,15 +113,20 @@ def decode_batch(
 def prefill_batch(
     version: str, new_seq: int, new_tokens: int, usage: float, running: int, queued: int, in_tok_s: float
 ) -> str:
-    head = f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_tokens}, #cached-token: 0, token usage: {usage:.2f}, "
+    head = (
+        f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_tokens}, #cached-token: 0, "
+        f"token usage: {usage:.2f}, "
+    )
     if at_least(version, "0.5.20"):
         return (
             head
-            + f"#running-req: {running}, #queue-req: {queued}, #pending-token: 0, cuda graph: False, input throughput (token/s): {in_tok_s:.2f}"
+            + f"#running-req: {running}, #queue-req: {queued}, #pending-token: 0, cuda graph: False, "
+            f"input throughput (token/s): {in_tok_s:.2f}"
         )
     return (
         head
-        + f"#running-req: {running}, #queue-req: {queued}, input throughput (token/s): {in_tok_s:.2f}, cuda graph: False"
+        + f"#running-req: {running}, #queue-req: {queued}, "
+        f"input throughput (token/s): {in_tok_s:.2f}, cuda graph: False"
     )
 
 
@@ -162,7 +171,8 @@ def not_enough_memory(version: str, fraction: float) -> str:
 def cuda_oom(tried_mib: float, total_mib: float, free_mib: float) -> str:
     return (
         f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried_mib / 1024:.2f} GiB. "
-        f"GPU 0 has a total capacity of {total_mib / 1024:.2f} GiB of which {max(free_mib, 0):.2f} MiB is free. "
+        f"GPU 0 has a total capacity of {total_mib / 1024:.2f} GiB "
+        f"of which {max(free_mib, 0):.2f} MiB is free. "
         "Of the allocated memory all but a little is allocated by PyTorch."
     )
 
@@ -203,7 +213,8 @@ def scheduler_exception(where: str, error: str) -> str:
     """`Scheduler hit an exception: Traceback ...` ending in `error` (may span lines)."""
     lines = ["Scheduler hit an exception: Traceback (most recent call last):"]
     lines.append(
-        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2870, in run_scheduler_process'
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2870, '
+        "in run_scheduler_process"
     )
     for path, line, func in _FRAMES.get(where, _FRAMES["forward"]):
         lines.append(f'  File "/sgl-workspace/sglang/python/sglang/srt/{path}", line {line}, in {func}')

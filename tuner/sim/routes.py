@@ -35,6 +35,14 @@ def _error(message: str, status: int = 400) -> web.Response:
     )
 
 
+async def _json_body(request: web.Request) -> Any:
+    """The request's JSON body, or the 400 response SGLang gives a body that is not JSON."""
+    try:
+        return await request.json(loads=orjson.loads)
+    except (ValueError, orjson.JSONDecodeError):
+        return _error("Invalid JSON body.")
+
+
 def _sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
@@ -57,7 +65,12 @@ async def _tokens(state: ServerState, req: Request) -> AsyncIterator[str]:
 
 
 def _make_request(
-    state: ServerState, prompt: str, prompt_tokens: int, max_tokens: int | None, body: dict, default_max: int
+    state: ServerState,
+    prompt: str,
+    prompt_tokens: int,
+    max_tokens: int | None,
+    body: dict[str, Any],
+    default_max: int,
 ) -> Request:
     limit = state.scenario.model.context_len - prompt_tokens
     max_new = max(1, min(limit, int(max_tokens if max_tokens is not None else default_max)))
@@ -89,7 +102,7 @@ def _too_long(state: ServerState, prompt_tokens: int) -> web.Response | None:
     return None
 
 
-def _usage(req: Request) -> dict:
+def _usage(req: Request) -> dict[str, Any]:
     return {
         "prompt_tokens": req.prompt_tokens,
         "total_tokens": req.prompt_tokens + req.generated,
@@ -103,10 +116,9 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
     state = request.app[STATE]
     if (busy := _gate(state)) is not None:
         return busy
-    try:
-        body = await request.json(loads=orjson.loads)
-    except (ValueError, orjson.JSONDecodeError):
-        return _error("Invalid JSON body.")
+    body = await _json_body(request)
+    if isinstance(body, web.Response):
+        return body
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -167,7 +179,7 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
         await resp.prepare(request)
         chunk_kind = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(payload: dict, finish: str | None) -> bytes:
+        def chunk(payload: dict[str, Any], finish: str | None) -> bytes:
             c: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
             if chat:
                 c["delta"] = payload
@@ -211,7 +223,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await _openai(request, chat=False)
 
 
-def _meta(state: ServerState, req: Request, finished: bool, completion_tokens: int) -> dict:
+def _meta(state: ServerState, req: Request, finished: bool, completion_tokens: int) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "id": req.rid,
         "finish_reason": None,
@@ -235,14 +247,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     if (busy := _gate(state)) is not None:
         return busy
-    try:
-        body = await request.json(loads=orjson.loads)
-    except (ValueError, orjson.JSONDecodeError):
-        return _error("Invalid JSON body.")
+    body = await _json_body(request)
+    if isinstance(body, web.Response):
+        return body
     params = dict(body.get("sampling_params") or {})
     if "input_ids" in body and body["input_ids"] is not None:
-        ids = body["input_ids"]
-        prompt, prompt_tokens = "ids:" + ",".join(map(str, ids[:64])), len(ids)
+        input_ids = body["input_ids"]
+        prompt, prompt_tokens = "ids:" + ",".join(map(str, input_ids[:64])), len(input_ids)
     elif isinstance(body.get("text"), str):
         prompt, prompt_tokens = body["text"], text.count_tokens(body["text"])
     else:
@@ -260,9 +271,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 out = "".join([p async for p in _tokens(state, req)])
             except EngineError as exc:
                 return _error(str(exc), 500)
-            ids = [text.token_id(p) for p in text.tokenize(out)]
+            output_ids = [text.token_id(p) for p in text.tokenize(out)]
             return _json(
-                {"text": out, "output_ids": ids, "meta_info": _meta(state, req, True, req.generated)}
+                {"text": out, "output_ids": output_ids, "meta_info": _meta(state, req, True, req.generated)}
             )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
@@ -318,7 +329,7 @@ async def ready(request: web.Request) -> web.Response:
     return _json({"status": "ready" if ok else "not ready"}, 200 if ok else 503)
 
 
-def server_info_doc(state: ServerState) -> dict:
+def server_info_doc(state: ServerState) -> dict[str, Any]:
     """The /server_info body: resolved args, KV size, memory usage, version."""
     plan, launch = state.plan, state.launch
     new = at_least(launch.version, "0.5.22")
@@ -360,7 +371,8 @@ async def get_server_info(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if at_least(state.launch.version, "0.5.6"):
         log.warning(
-            "Endpoint '/get_server_info' is deprecated and will be removed in a future version. Please use '/server_info' instead."
+            "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+            "Please use '/server_info' instead."
         )
     return _json(server_info_doc(state))
 
@@ -410,16 +422,16 @@ async def flush_cache(request: web.Request) -> web.Response:
         )
     return web.Response(
         status=200,
-        text="Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n",
+        text="Cache flushed.\nPlease check backend logs for more details. "
+        "(When there are running or waiting requests, the operation will not be performed.)\n",
     )
 
 
 async def tokenize(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    try:
-        body = await request.json(loads=orjson.loads)
-    except (ValueError, orjson.JSONDecodeError):
-        return _error("Invalid JSON body.")
+    body = await _json_body(request)
+    if isinstance(body, web.Response):
+        return body
     prompt = body.get("prompt", "")
     pieces = text.tokenize(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
     return _json(
@@ -434,7 +446,10 @@ async def tokenize(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
     e = state.engine
-    labels = f'{{model_name="{state.launch.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"}}'
+    labels = (
+        f'{{model_name="{state.launch.served_model_name}",engine_type="unified",'
+        'tp_rank="0",pp_rank="0",moe_ep_rank="0"}'
+    )
     graph = bool(
         state.launch.graphs and e.running and len(e.running) <= max(state.launch.captured_bs or (0,))
     )

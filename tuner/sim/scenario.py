@@ -158,7 +158,7 @@ def load_scenario(name_or_path: str) -> Scenario:
             raise ConfigError(
                 f"scenario: unknown name {name_or_path!r}; expected one of {builtin_names()} or a path"
             )
-        ref = resources.files("tuner.sim").joinpath("scenarios", f"{name_or_path}.yaml")
+        ref = resources.files("tuner.sim").joinpath("scenarios").joinpath(f"{name_or_path}.yaml")
         text, where = ref.read_text(), f"tuner/sim/scenarios/{name_or_path}.yaml"
     try:
         raw = yaml.safe_load(text)

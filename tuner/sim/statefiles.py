@@ -14,6 +14,7 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tuner.sim.scenario import Scenario
 
@@ -39,7 +40,7 @@ def gpu_uuid(scenario: Scenario, index: int) -> str:
     return f"GPU-{uuid.uuid5(_NS, f'{scenario.name}/{index}')}"
 
 
-def gpus_document(scenario: Scenario) -> dict:
+def gpus_document(scenario: Scenario) -> dict[str, Any]:
     g = scenario.gpus
     return {
         "gpus": [
@@ -73,7 +74,4 @@ def write_proc(directory: Path, gpus: tuple[int, ...], used_mib: float) -> None:
 
 
 def remove_proc(directory: Path) -> None:
-    try:
-        proc_path(directory, os.getpid()).unlink()
-    except FileNotFoundError:
-        pass
+    proc_path(directory, os.getpid()).unlink(missing_ok=True)

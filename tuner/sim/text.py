@@ -10,6 +10,7 @@ import random
 import re
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 _PIECE = re.compile(r"\s*(?:\w+|[^\w\s])")
 VOCAB_SIZE = 151_552
@@ -25,7 +26,7 @@ def count_tokens(text: str) -> int:
     return len(tokenize(text))
 
 
-def chat_prompt_tokens(messages: list[dict]) -> int:
+def chat_prompt_tokens(messages: list[dict[str, Any]]) -> int:
     """Prompt tokens of a chat: each message's content plus 4 template tokens, plus 3."""
     total = 3
     for message in messages:
@@ -42,21 +43,34 @@ def token_id(piece: str) -> int:
 
 _HASH_SENTENCES = (
     "A hash table stores key and value pairs in an array of buckets.",
-    "To insert a key, the table runs a hash function over the key and takes the result modulo the number of buckets.",
+    "To insert a key, the table runs a hash function over the key and takes the result modulo the "
+    "number of buckets.",
     "The hash function should spread keys evenly, so that each bucket holds only a few entries.",
     "When two keys land in the same bucket, a collision happens.",
-    "Separate chaining keeps a small linked list in every bucket, while open addressing probes the next free slot.",
-    "Lookups repeat the same steps: hash the key, jump to its bucket, and compare the stored keys until the match is found.",
-    "Because the work does not depend on how many entries the table holds, insert, lookup and delete take constant time on average.",
+    "Separate chaining keeps a small linked list in every bucket, while open addressing probes the "
+    "next free slot.",
+    "Lookups repeat the same steps: hash the key, jump to its bucket, and compare the stored keys "
+    "until the match is found.",
+    "Because the work does not depend on how many entries the table holds, insert, lookup and "
+    "delete take constant time on average.",
     "The load factor is the number of entries divided by the number of buckets.",
-    "When the load factor grows past a threshold such as 0.75, the table allocates a larger array and rehashes every entry into it.",
+    "When the load factor grows past a threshold such as 0.75, the table allocates a larger array "
+    "and rehashes every entry into it.",
     "Resizing is expensive once, but spread over many inserts its amortized cost stays constant.",
-    "A poor hash function or a malicious input can put many keys in one bucket, and then operations slow down to linear time.",
+    "A poor hash function or a malicious input can put many keys in one bucket, and then operations "
+    "slow down to linear time.",
     "For that reason many languages use randomized or cryptographic hash seeds.",
-    "Hash tables power dictionaries in Python, maps in Go, caches, symbol tables in compilers and database indexes.",
+    "Hash tables power dictionaries in Python, maps in Go, caches, symbol tables in compilers and "
+    "database indexes.",
 )
 
-_FILLER = ["the", "model", "answers", "this", "request", "with", "a", "steady", "stream", "of", "plain", "words", "that", "carry", "no", "special", "meaning", "but", "keep", "the", "length", "and", "pace", "of", "a", "real", "reply", "so", "that", "every", "client", "can", "measure", "the", "server", "as", "it", "would", "measure", "a", "real", "one", "while", "the", "text", "itself", "stays", "simple", "and", "predictable"]
+_FILLER = [
+    "the", "model", "answers", "this", "request", "with", "a", "steady", "stream", "of", "plain", "words",
+    "that", "carry", "no", "special", "meaning", "but", "keep", "the", "length", "and", "pace", "of", "a",
+    "real", "reply", "so", "that", "every", "client", "can", "measure", "the", "server", "as", "it",
+    "would", "measure", "a", "real", "one", "while", "the", "text", "itself", "stays", "simple", "and",
+    "predictable",
+]
 
 
 def _natural_answer(prompt: str, rng: random.Random) -> str:
