@@ -79,14 +79,21 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
     if spec.kind == "sglang":
         python = spec.python or sys.executable
         version = sglang_version or space.sglang_version
+        launching = state_root is not None
+        installed = detect_sglang_version(python) if (launching or version == "auto") else None
+        if (launching or version == "auto") and installed is None:
+            raise ConfigError(
+                f"SGLang is not installed for {python} (pip install 'sglang-tuner[sglang]', or set "
+                f"engine.python to the interpreter that has it) in {space.path}"
+            )
         if version == "auto":
-            found = detect_sglang_version(python)
-            if found is None:
-                raise ConfigError(
-                    f"sglang_version: auto, but SGLang is not installed for {python} "
-                    f"(pip install 'sglang-tuner[sglang]', or pin sglang_version) in {space.path}"
-                )
-            version = found
+            assert installed is not None
+            version = installed
+        elif launching and installed != version:
+            raise ConfigError(
+                f"sglang_version: the space targets SGLang {version} but {python} has SGLang {installed}; "
+                f"set sglang_version: auto or {installed} in {space.path}"
+            )
         table = option_table_for(version, python)
         return Engine(
             kind="sglang",
