@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import threading
 import warnings
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
-from tuner.errors import StoreError
+from tuner.errors import ConfigError, StoreError
 from tuner.space import SearchSpace
 from tuner.space_sections import Objective
 from tuner.store import optuna_storage_kwargs
@@ -41,6 +42,12 @@ def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
     if spec.kind == "random":
         return optuna.samplers.RandomSampler(seed=spec.seed)
     if spec.kind == "gp":
+        missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigError(
+                f"sampler: gp needs {' and '.join(missing)} (pip install {' '.join(missing)}), "
+                f"or use kind: tpe, in {space.path}"
+            )
         return optuna.samplers.GPSampler(seed=spec.seed, n_startup_trials=spec.n_startup_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -49,3 +49,4 @@ def test_installed_release_must_match_the_pinned_one(tmp_path: Path, monkeypatch
         engine_for(space, state_root=tmp_path)
     auto = engine_for(replace(space, sglang_version="auto"), state_root=tmp_path)
     assert auto.sglang_version == "0.5.23"
+
