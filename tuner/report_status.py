@@ -43,7 +43,7 @@ def study_data(store: SqlStore, study_name: str, study: optuna.Study | None) -> 
 
 def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, console: Any = None) -> None:
     """Trials (knobs in one compact column), failures by class and the Pareto front, as tables."""
-    console = console or Console(width=None if sys.stdout.isatty() else 150)
+    console = console or Console(width=None if sys.stdout.isatty() else 200)
     data = study_data(store, study_name, study)
     try:
         front = pareto_front(data)
