@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from tuner.errors import TunerError
+from tuner.interrupts import INTERRUPTS
 
 log = logging.getLogger("tuner")
 
@@ -64,17 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Stopper:
-    """First Ctrl-C or SIGTERM: stop after tearing the current trial down. Second: stop now."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.count += 1
-        raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -86,10 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if threading.current_thread() is threading.main_thread():
-        stopper = _Stopper()
-        signal.signal(signal.SIGTERM, stopper)
-        signal.signal(signal.SIGINT, stopper)  # also when started with SIGINT ignored (a background job)
+    INTERRUPTS.install()
     try:
         return int(_dispatch(args) or 0)
     except TunerError as exc:

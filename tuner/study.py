@@ -32,6 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult
 from tuner.engine import Engine, engine_for, probe_for
 from tuner.errors import FlagError, StoreError
+from tuner.interrupts import INTERRUPTS
 from tuner.objectives import constraint_values, is_feasible, metric_values, objective_values
 from tuner.orphans import LiveServers, pid_alive
 from tuner.space import SearchSpace, forbidden_reason, suggest
@@ -137,7 +138,7 @@ class StudyRunner:
     # -- bookkeeping under the lock -------------------------------------------------------------
 
     def _prepare(self) -> None:
-        with ask_lock(self.lock):
+        with INTERRUPTS.deferred(), ask_lock(self.lock):
             killed = self.live.stop_orphans()
             if killed:
                 log.warning("stopped %d process(es) of servers left by a killed run", len(killed))
@@ -218,7 +219,7 @@ class StudyRunner:
 
     def _ask(self) -> optuna.Trial | None:
         self._ask_started = time.monotonic()
-        with ask_lock(self.lock):
+        with INTERRUPTS.deferred(), ask_lock(self.lock):
             self._reap_dead_workers()
             done, running = self._counts()
             if self.budget is not None and done + running >= self.budget:
@@ -240,7 +241,8 @@ class StudyRunner:
             trial.set_user_attr("cfg_hash", chash)
             reused = self._measured_before(chash, exclude=trial.number)
             if reused is not None:
-                return self._tell_reused(trial, reused, t0)
+                with INTERRUPTS.deferred():
+                    return self._tell_reused(trial, reused, t0)
             forbidden = forbidden_reason(self.space, params)
             if forbidden is not None:
                 result = _not_launched(
@@ -249,7 +251,8 @@ class StudyRunner:
             else:
                 phase_ctx = _with_phase_hook(ctx, trial.number, self.hooks)
                 result = run_trial(config, phase_ctx, label=f"trial-{trial.number:04d}")
-        return self._tell(trial, result, params, chash, t0)
+        with INTERRUPTS.deferred():
+            return self._tell(trial, result, params, chash, t0)
 
     def _measured_before(self, chash: str, *, exclude: int) -> FrozenTrial | None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
