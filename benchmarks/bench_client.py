@@ -12,11 +12,13 @@ spread (min–max) over the runs of:
   zero-gap  share of ITL gaps < 50 µs (%)
   CPU %     client CPU / wall over T0..T1
 
-Clients: `tuner` (run_benchmark, httpx over httpx_aiohttp), `httpx` (the same
-stage code over httpx's native transport) and `aiohttp-ref` (a minimal
-aiohttp + iter_any client: the baseline that proves the fake server is not
-the limit, §9 step 4). Each run: warmup of C requests, flush, 1 s settle,
-then N = 3·C measured requests.
+Clients: `tuner` (run_benchmark, HttpBackend.AIOHTTP: streams over aiohttp
+directly, httpx for the control endpoints), `httpx` (the same stage code
+over httpx's native transport, HttpBackend.NATIVE) and `aiohttp-ref` (a
+minimal aiohttp + iter_any client that starts its whole wave back to back:
+the baseline that proves the fake server is not the limit, §9 step 4).
+Each run: warmup of C requests, flush, 1 s settle, then N = 3·C measured
+requests.
 
     .venv/bin/python benchmarks/bench_client.py [--reps 3] [--httpx-reps 1]   (≈ 2.5 min; native httpx is slow)
 """

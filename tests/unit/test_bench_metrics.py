@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuner.bench.client import StreamAccumulator
+from tuner.bench.accumulate import StreamAccumulator
 from tuner.bench.metrics import (
     compute_metrics,
     latency_stats,

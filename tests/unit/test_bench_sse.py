@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import pytest
 
-from tuner.bench.client import StreamAccumulator
+from tuner.bench.accumulate import StreamAccumulator
 from tuner.bench.settings import Api
 from tuner.bench.sse import SseParser
 

@@ -1,10 +1,15 @@
-"""The HTTP side of the benchmark: one httpx.AsyncClient, one streamed request → one RequestRecord.
+"""The HTTP side of the benchmark: the stage's clients, one streamed request → one RequestRecord.
 
-httpx's API over `httpx_aiohttp.AiohttpTransport`: the native httpcore pool
-costs 75–270 µs of CPU per streamed event and collapses at 256 streams on
-a 2-core box (reference bench-metrics §6, P12); aiohttp does the socket work
-for a fraction of that (benchmarks/bench_client.py measures it). The native
-transport stays selectable for comparison.
+Measured requests go straight through one shared `aiohttp.ClientSession`
+(HttpBackend.AIOHTTP, the default). httpx's API over
+`httpx_aiohttp.AiohttpTransport` cost about as much CPU per request again as
+aiohttp itself (Request/Response objects, cookie extraction, header
+conversion), and at C=256 those starts, run back to back, put TTFT p99 about
+40 ms above a plain aiohttp client (benchmarks/bench_client.py measures
+both). httpx stays the API for the control endpoints (/v1/models,
+/flush_cache), over the same session. HttpBackend.NATIVE sends everything
+through httpx's own pool, whose cost collapses at 256 streams (reference
+bench-metrics §6, P12): for comparison only.
 
 Timeouts: connect is enforced by the transport; the first-content and idle
 limits are enforced by the runner's watchdog, which cancels a request with a
@@ -17,27 +22,29 @@ from __future__ import annotations
 import asyncio
 from enum import Enum
 from time import perf_counter
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeAlias
 
 import aiohttp
 import httpx
 import orjson
 
+from tuner.bench.accumulate import ERROR_TEXT_MAX, StreamAccumulator
 from tuner.bench.settings import Api, RequestTimeouts
-from tuner.bench.sse import DONE, SseParser
-from tuner.bench.types import ErrorClass, OutputSource, RequestRecord
+from tuner.bench.sse import SseParser
+from tuner.bench.types import ErrorClass, RequestRecord
 from tuner.bench.workload import RequestSpec
 
 READ_BUFSIZE = 4 * 1024 * 1024  # aiohttp's small default buffer collapses huge streams (P13)
-ERROR_TEXT_MAX = 500
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+Prepared: TypeAlias = bytes | httpx.Request  # what RequestSender.prepare built for its backend
 
 
 class HttpBackend(str, Enum):
-    """Which transport sits under the httpx API."""
+    """What carries the measured requests."""
 
-    AIOHTTP = "aiohttp"  # httpx_aiohttp.AiohttpTransport: the default
-    NATIVE = "native"  # httpcore: for comparison only (see module docstring)
+    AIOHTTP = "aiohttp"  # aiohttp directly; httpx over httpx_aiohttp for the control endpoints
+    NATIVE = "native"  # httpx over httpcore for everything: for comparison only (module docstring)
 
 
 def endpoint(api: Api) -> str:
@@ -59,176 +66,94 @@ def build_payload(spec: RequestSpec, api: Api, model: str) -> bytes:
     return orjson.dumps(body)
 
 
-def make_http_client(
-    base_url: str,
-    *,
-    max_connections: int,
-    timeouts: RequestTimeouts,
-    backend: HttpBackend = HttpBackend.AIOHTTP,
-) -> httpx.AsyncClient:
-    """An AsyncClient with explicit timeouts and a pool of ≥ max_connections (httpx defaults distort, P12)."""
-    backstop_s = max(timeouts.first_byte_s, timeouts.idle_read_s) + 5.0
-    timeout = httpx.Timeout(connect=timeouts.connect_s, read=backstop_s, write=timeouts.connect_s, pool=None)
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    if backend is HttpBackend.NATIVE:
-        return httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
-    from httpx_aiohttp import AiohttpTransport
+class HttpClients:
+    """The clients of one stage: httpx for control endpoints, an aiohttp session for streams (or None).
 
-    def session() -> aiohttp.ClientSession:
+    Create inside the running event loop (aiohttp binds its session to it);
+    `async with` closes both. Explicit timeouts and a pool of ≥
+    max_connections: httpx's defaults silently distort latency figures (P12).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_connections: int,
+        timeouts: RequestTimeouts,
+        backend: HttpBackend = HttpBackend.AIOHTTP,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        backstop_s = max(timeouts.first_byte_s, timeouts.idle_read_s) + 5.0
+        timeout = httpx.Timeout(
+            connect=timeouts.connect_s, read=backstop_s, write=timeouts.connect_s, pool=None
+        )
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self.session: aiohttp.ClientSession | None = None
+        if backend is HttpBackend.NATIVE:
+            self.control = httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
+            return
+        from httpx_aiohttp import AiohttpTransport
+
         connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=30.0)
-        return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFSIZE, auto_decompress=False)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            read_bufsize=READ_BUFSIZE,
+            auto_decompress=False,
+            # The same limits as the httpx Timeout above; the pool wait is unbounded (pool=None).
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=backstop_s),
+        )
+        transport = AiohttpTransport(limits=limits, client=self.session)
+        self.control = httpx.AsyncClient(
+            base_url=base_url, timeout=timeout, limits=limits, transport=transport
+        )
 
-    transport = AiohttpTransport(limits=limits, client=session)
-    return httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits, transport=transport)
+    async def __aenter__(self) -> HttpClients:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the httpx client and the aiohttp session (closing twice is harmless)."""
+        try:
+            await self.control.aclose()
+        finally:
+            if self.session is not None:
+                await self.session.close()
 
 
 class Flight:
     """The live state of one request, shared with the runner's watchdog."""
 
-    __slots__ = ("t_sent", "t_activity", "has_content", "reason", "task")
+    __slots__ = ("t_sent", "t_activity", "status", "has_content", "reason", "task")
 
     def __init__(self) -> None:
         self.t_sent: float | None = None
         self.t_activity = 0.0
+        self.status: int | None = None  # set once the response headers arrived
         self.has_content = False
         self.reason: ErrorClass | None = None  # set by whoever cancels the request
         self.task: asyncio.Task[Any] | None = None
 
 
-class StreamAccumulator:
-    """Folds SSE data payloads and their arrival times into a request's counters (pure)."""
-
-    __slots__ = (
-        "chat",
-        "t_first",
-        "t_prev",
-        "t_end",
-        "gaps",
-        "events",
-        "tool_events",
-        "completion_tokens",
-        "prompt_tokens",
-        "error_text",
-        "bad_payload",
-    )
-
-    def __init__(self, api: Api) -> None:
-        self.chat = api is Api.CHAT
-        self.t_first: float | None = None
-        self.t_prev = 0.0
-        self.t_end: float | None = None
-        self.gaps: list[float] = []
-        self.events = 0
-        self.tool_events = 0
-        self.completion_tokens: int | None = None
-        self.prompt_tokens: int | None = None
-        self.error_text = ""
-        self.bad_payload = ""
-
-    def add(self, payload: bytes, t: float) -> bool:
-        """Take one payload that arrived at t; True if it was a content event."""
-        self.t_end = t
-        if payload == DONE:
-            return False
-        try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            self.bad_payload = self.bad_payload or payload[:ERROR_TEXT_MAX].decode("utf-8", "replace")
-            return False
-        if type(obj) is not dict:
-            self.bad_payload = self.bad_payload or payload[:ERROR_TEXT_MAX].decode("utf-8", "replace")
-            return False
-        content = False
-        choices = obj.get("choices")
-        if choices:
-            c0 = choices[0]
-            if self.chat:
-                delta = c0.get("delta")
-                if delta:
-                    if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
-                        content = True
-                    elif delta.get("tool_calls"):
-                        self.tool_events += 1
-            elif c0.get("text"):
-                content = True
-        usage = obj.get("usage")
-        if usage:
-            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
-            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
-        if "error" in obj or obj.get("object") == "error":
-            err = obj.get("error", obj)
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            self.error_text = self.error_text or str(msg)[:ERROR_TEXT_MAX]
-        if content:
-            if self.t_first is None:
-                self.t_first = t
-            else:
-                self.gaps.append(t - self.t_prev)
-            self.t_prev = t
-            self.events += 1
-        return content
-
-    def record(
-        self,
-        spec: RequestSpec,
-        *,
-        label: str,
-        t_queued: float,
-        t_sent: float | None,
-        status: int | None,
-        error: ErrorClass | None,
-        error_text: str = "",
-    ) -> RequestRecord:
-        """The finished record; the error, if None, is derived from what the stream held."""
-        if error is None:
-            if self.error_text:
-                error, error_text = ErrorClass.STREAM_ERROR, self.error_text
-            elif self.bad_payload:
-                error, error_text = ErrorClass.BAD_EVENT, self.bad_payload
-            elif self.events == 0:
-                error, error_text = ErrorClass.NO_CONTENT, "stream ended without a content event"
-        success = error is None
-        if self.completion_tokens is not None:
-            out, source = self.completion_tokens, OutputSource.USAGE
-        elif success:
-            out, source = spec.output_tokens, OutputSource.REQUESTED
-        else:
-            out, source = self.events, OutputSource.EVENTS
-        return RequestRecord(
-            load_point=label,
-            index=spec.index,
-            input_tokens_declared=spec.input_tokens,
-            input_tokens_server=self.prompt_tokens,
-            output_tokens_requested=spec.output_tokens,
-            output_tokens=out,
-            output_source=source,
-            success=success,
-            error=error,
-            error_text=error_text,
-            status_code=status,
-            t_queued_s=t_queued,
-            t_sent_s=t_sent,
-            t_first_s=self.t_first,
-            t_last_token_s=self.t_prev if self.t_first is not None else None,
-            t_end_s=self.t_end,
-            itl_gaps_s=tuple(self.gaps),
-            content_events=self.events,
-            tool_call_events=self.tool_events,
-        )
-
-
 class RequestSender:
     """Sends one streamed request and always returns a RequestRecord (a failure is data)."""
 
-    def __init__(self, client: httpx.AsyncClient, *, api: Api, model: str) -> None:
-        self._client = client
+    def __init__(self, http: HttpClients, *, api: Api, model: str) -> None:
+        self._client = http.control
+        self._session = http.session
         self._api = api
         self._path = endpoint(api)
+        self._url = http.base_url + self._path
         self._model = model
 
-    def prepare(self, spec: RequestSpec) -> httpx.Request:
+    def prepare(self, spec: RequestSpec) -> Prepared:
         """Build the HTTP request ahead of time, so its cost stays out of the measured window."""
         body = build_payload(spec, self._api, self._model)
+        if self._session is not None:
+            return body
         return self._client.build_request("POST", self._path, content=body, headers=_HEADERS)
 
     async def send(
@@ -238,67 +163,84 @@ class RequestSender:
         *,
         label: str,
         t_queued: float,
-        request: httpx.Request | None = None,
+        request: Prepared | None = None,
     ) -> RequestRecord:
         """Stream one request; cancellation with `flight.reason` set becomes a failed record."""
         acc = StreamAccumulator(self._api)
         if request is None:
             request = self.prepare(spec)
-        status: int | None = None
-        started = False  # response headers received
+        error: ErrorClass | None = None
+        error_text = ""
         flight.t_sent = flight.t_activity = t_sent = perf_counter()
         try:
-            resp = await self._client.send(request, stream=True)
-            try:
-                status = resp.status_code
-                started = True
-                if status != 200:
-                    text = (await resp.aread())[:ERROR_TEXT_MAX].decode("utf-8", "replace")
-                    return acc.record(
-                        spec,
-                        label=label,
-                        t_queued=t_queued,
-                        t_sent=t_sent,
-                        status=status,
-                        error=ErrorClass.HTTP_STATUS,
-                        error_text=f"HTTP {status}: {text}",
-                    )
-                feed = SseParser().feed
-                add = acc.add
-                async for chunk in resp.aiter_raw():
-                    t = perf_counter()
-                    flight.t_activity = t
-                    for payload in feed(chunk):
-                        if add(payload, t):
-                            flight.has_content = True
-            finally:
-                await resp.aclose()
+            if self._session is not None:
+                status_text = await self._stream_aiohttp(self._session, request, acc, flight)
+            else:
+                status_text = await self._stream_httpx(request, acc, flight)
+            if status_text is not None:
+                error, error_text = ErrorClass.HTTP_STATUS, status_text
         except asyncio.CancelledError:
             reason = flight.reason
             if reason is None:
                 raise
             uncancel()
-            return acc.record(
-                spec,
-                label=label,
-                t_queued=t_queued,
-                t_sent=t_sent,
-                status=status,
-                error=reason,
-                error_text=f"cancelled: {reason.value}",
-            )
+            error, error_text = reason, f"cancelled: {reason.value}"
         except Exception as exc:  # noqa: BLE001 - every failure becomes data
-            error = classify(exc, started=started, has_content=acc.events > 0)
-            return acc.record(
-                spec,
-                label=label,
-                t_queued=t_queued,
-                t_sent=t_sent,
-                status=status,
-                error=error,
-                error_text=f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX],
-            )
-        return acc.record(spec, label=label, t_queued=t_queued, t_sent=t_sent, status=status, error=None)
+            error = classify(exc, started=flight.status is not None, has_content=acc.events > 0)
+            error_text = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX]
+        return acc.record(
+            spec,
+            label=label,
+            t_queued=t_queued,
+            t_sent=t_sent,
+            status=flight.status,
+            error=error,
+            error_text=error_text,
+        )
+
+    async def _stream_aiohttp(
+        self, session: aiohttp.ClientSession, request: Prepared, acc: StreamAccumulator, flight: Flight
+    ) -> str | None:
+        """Feed the stream into acc; the error text of a non-200 answer, else None."""
+        body = request if isinstance(request, bytes) else request.content
+        async with session.post(self._url, data=body, headers=_HEADERS) as resp:
+            flight.status = status = resp.status
+            if status != 200:
+                return _status_text(status, await resp.read())
+            feed = SseParser().feed
+            add = acc.add
+            async for chunk in resp.content.iter_any():
+                t = perf_counter()
+                flight.t_activity = t
+                for payload in feed(chunk):
+                    if add(payload, t):
+                        flight.has_content = True
+        return None
+
+    async def _stream_httpx(self, request: Prepared, acc: StreamAccumulator, flight: Flight) -> str | None:
+        """As _stream_aiohttp, through httpx (HttpBackend.NATIVE)."""
+        if isinstance(request, bytes):
+            request = self._client.build_request("POST", self._path, content=request, headers=_HEADERS)
+        resp = await self._client.send(request, stream=True)
+        try:
+            flight.status = status = resp.status_code
+            if status != 200:
+                return _status_text(status, await resp.aread())
+            feed = SseParser().feed
+            add = acc.add
+            async for chunk in resp.aiter_raw():
+                t = perf_counter()
+                flight.t_activity = t
+                for payload in feed(chunk):
+                    if add(payload, t):
+                        flight.has_content = True
+        finally:
+            await resp.aclose()
+        return None
+
+
+def _status_text(status: int, body: bytes) -> str:
+    return f"HTTP {status}: {body[:ERROR_TEXT_MAX].decode('utf-8', 'replace')}"
 
 
 def uncancel() -> None:
@@ -312,14 +254,16 @@ def uncancel() -> None:
 def classify(exc: BaseException, *, started: bool, has_content: bool) -> ErrorClass:
     """Map a transport exception to an ErrorClass by where it happened and what it really was.
 
-    httpx_aiohttp maps every aiohttp.ClientConnectionError to httpx.ConnectTimeout,
-    so the root cause, not the httpx class, decides whether it was a timeout.
+    aiohttp's own exceptions come straight from the streaming path; through
+    httpx_aiohttp (the control client) every aiohttp.ClientConnectionError
+    becomes httpx.ConnectTimeout, so the root cause, not the class, decides
+    whether it was a timeout.
     """
     timeout = _is_timeout(exc)
     if not started:
         if timeout:
             return ErrorClass.CONNECT_TIMEOUT
-        if isinstance(exc, httpx.TransportError):
+        if isinstance(exc, (httpx.TransportError, aiohttp.ClientError, OSError)):
             return ErrorClass.CONNECT_ERROR
         return ErrorClass.CLIENT_ERROR
     if timeout:
