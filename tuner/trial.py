@@ -225,6 +225,16 @@ class _TrialRun:
             return Failure(
                 outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message="no benchmark request completed"
             )
+        if result.client_bound:
+            lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
+            return Failure(
+                outcome=Outcome.INFRA_ERROR,
+                phase=Phase.BENCH,
+                message=(
+                    "the benchmark client, not the server, may have been the bottleneck (client CPU "
+                    f"{100 * result.client_cpu_share:.0f}%, event-loop lag p99 {lag}): not trusted"
+                ),
+            )
         return None
 
     def _died(self, phase: Phase) -> Failure:
