@@ -214,7 +214,6 @@ class _TrialRun:
                 space.bench,
                 server_died=server.died,
                 progress=self.ctx.progress,
-                settle_s=space.bench.settle_s,
             ),
         )
         self.bench_result = result

@@ -37,7 +37,6 @@ from tuner.errors import BenchmarkError
 
 log = logging.getLogger(__name__)
 
-SETTLE_S = 1.0  # pause between warmup/flush and T0, as SGLang's benchmark does
 WATCH_TICK_S = 0.02  # server_died and deadline are noticed within this
 TIMEOUT_EVERY_TICKS = 5  # per-request limits are checked every 100 ms
 T = TypeVar("T")
@@ -251,10 +250,14 @@ async def run_benchmark(
     model: str | None = None,
     server_died: threading.Event | None = None,
     progress: bool = False,
-    settle_s: float = SETTLE_S,
+    settle_s: float | None = None,
     http_backend: HttpBackend = HttpBackend.AIOHTTP,
 ) -> BenchResult:
-    """Run every load point of settings against base_url; partial results if the server dies."""
+    """Run every load point of settings against base_url; partial results if the server dies.
+
+    `settle_s` overrides `settings.settle_s` (the pause between warmup/flush and T0).
+    """
+    settle = settings.settle_s if settle_s is None else settle_s
     if not settings.load_points:
         raise BenchmarkError("benchmark settings have no load point")
     wl = settings.workload
@@ -284,7 +287,7 @@ async def run_benchmark(
                 sender = RequestSender(http, api=wl.api, model=name)
                 for i, (point, specs) in enumerate(zip(settings.load_points, plans, strict=True)):
                     result = await _run_point(
-                        stage, http.control, sender, settings, point, specs, i, settle_s, bar
+                        stage, http.control, sender, settings, point, specs, i, settle, bar
                     )
                     if result is not None:
                         points.append(result)
@@ -396,7 +399,7 @@ def benchmark(
     model: str | None = None,
     server_died: threading.Event | None = None,
     progress: bool = False,
-    settle_s: float = SETTLE_S,
+    settle_s: float | None = None,
     http_backend: HttpBackend = HttpBackend.AIOHTTP,
 ) -> BenchResult:
     """Synchronous run_benchmark on a fresh event loop (uvloop when installed)."""
