@@ -107,8 +107,11 @@ class _TrialRun:
         self.bench_result: BenchResult | None = None
         self.sampler: MemorySampler | None = None
         self.gpus: tuple[GpuInfo, ...] = ()
+        self.baseline: tuple[int, ...] | None = None  # used MiB per GPU before the launch
+        self.current = Phase.RENDER
 
     def _phase(self, phase: Phase, detail: str = "") -> None:
+        self.current = phase
         if self.ctx.on_phase is not None:
             self.ctx.on_phase(phase, detail)
 
@@ -124,12 +127,12 @@ class _TrialRun:
             failure = self._launch_and_measure()
         except KeyboardInterrupt:
             failure = Failure(
-                outcome=Outcome.INTERRUPTED, phase=Phase.LAUNCH, message="interrupted by the user"
+                outcome=Outcome.INTERRUPTED, phase=self.current, message="interrupted by the user"
             )
             self._teardown(quiet=True)
             return self._result(failure)
         except (GpuBusyError, LaunchError) as exc:
-            failure = Failure(outcome=Outcome.INFRA_ERROR, phase=Phase.LAUNCH, message=str(exc))
+            failure = Failure(outcome=Outcome.INFRA_ERROR, phase=self.current, message=str(exc))
         release_error = self._teardown()
         result = self._result(failure)
         if release_error is not None:
@@ -148,7 +151,6 @@ class _TrialRun:
 
         self._phase(Phase.WAIT_GPUS)
         indices = self._gpu_indices()
-        self.baseline = self._used(indices)
         self._timed(
             "wait_gpus",
             lambda: check_gpus_free(
@@ -158,6 +160,7 @@ class _TrialRun:
                 timeout_s=space.timeouts.release_s,
             ),
         )
+        self.baseline = self._used(indices)
 
         self._phase(Phase.LAUNCH, self.spec.base_url)
         self.server = ServerProcess(self.spec)
@@ -279,7 +282,7 @@ class _TrialRun:
                 lambda: wait_for_release(
                     self.ctx.probe,
                     indices,
-                    baseline_used_mib=getattr(self, "baseline", ()),
+                    baseline_used_mib=self.baseline,
                     our_pids=pids,
                     timeout_s=self.ctx.space.timeouts.release_s,
                 ),
