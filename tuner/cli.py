@@ -26,6 +26,16 @@ def _duration(text: str) -> float:
         ) from exc
 
 
+def _gpu_list(text: str) -> tuple[int, ...]:
+    try:
+        gpus = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1,2,3 (got {text!r})") from exc
+    if not gpus or any(g < 0 for g in gpus):
+        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1,2,3 (got {text!r})")
+    return gpus
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tuner", description="Tuning experiments for SGLang.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -38,11 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trials", type=int, default=None, help="finished trials wanted in the study")
     run.add_argument("--timeout", type=_duration, default=None, help="wall-time budget, e.g. 8h, 30m")
     run.add_argument("--plain", action="store_true", help="log lines instead of the live display")
+    run.add_argument(
+        "--gpus", type=_gpu_list, default=None, help="this worker's GPUs, e.g. 0,1,2,3 (overrides the space)"
+    )
 
     trial = sub.add_parser("trial", help="launch one configuration, gate and benchmark it, print the result")
     trial.add_argument("--space", required=True, type=Path)
     trial.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     trial.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    trial.add_argument(
+        "--gpus", type=_gpu_list, default=None, help="GPUs to use, e.g. 0,1 (overrides the space)"
+    )
 
     validate = sub.add_parser("validate", help="render and check every choice of a space without launching")
     validate.add_argument("--space", required=True, type=Path)

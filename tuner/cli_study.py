@@ -7,6 +7,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -14,6 +15,7 @@ from rich.logging import RichHandler
 
 from tuner.config import Outcome, Phase
 from tuner.errors import ConfigError, FlagError
+from tuner.space import SearchSpace
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -22,7 +24,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tuner.store import database_url
     from tuner.study import Hooks, StudyRunner, TrialEvent
 
-    space = load_space(args.space)
+    space = _with_gpus(load_space(args.space), args.gpus)
     runner = StudyRunner(
         space,
         db_url=database_url(args.db),
@@ -64,6 +66,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 130 if summary.interrupted else 0
 
 
+def _with_gpus(space: SearchSpace, gpus: tuple[int, ...] | None) -> SearchSpace:
+    """The space with this worker's GPUs (the study stays the same: several workers can split a host)."""
+    return space if gpus is None else replace(space, gpus=gpus)
+
+
 @contextlib.contextmanager
 def _log_to(console: Console) -> Iterator[None]:
     """Route log records through the live display's console so they print above it, not through it."""
@@ -83,7 +90,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.space import config_from_params, load_space, parse_set_overrides
     from tuner.trial import TrialContext, run_trial
 
-    space = load_space(args.space)
+    space = _with_gpus(load_space(args.space), args.gpus)
     params = dict(space.baselines[0]) if space.baselines else {}
     params.update(parse_set_overrides(space, args.sets))
     config = config_from_params(space, params)
