@@ -71,3 +71,10 @@ def test_unreachable_database_is_one_line_naming_it(tmp_path: Path) -> None:
     assert done.returncode != 0
     lines = [ln for ln in done.stderr.splitlines() if ln.strip() and not ln.startswith("20")]
     assert lines and lines[-1].startswith("error: ") and "nonexistent-dir" in lines[-1], done.stderr
+
+
+def test_bad_gpu_list_is_a_usage_error(tmp_path: Path) -> None:
+    space = ROOT / "search_spaces" / "tiny-fast-sim.yaml"
+    done = _tuner(tmp_path, "run", "--space", str(space), "--gpus", "0,x", "--db", str(tmp_path / "exp.db"))
+    assert done.returncode == 2 and "expected GPU indices" in done.stderr
+    assert not (tmp_path / "exp.db").exists()
