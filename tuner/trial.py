@@ -39,7 +39,7 @@ from tuner.gpu import GpuProbe, MemorySampler, check_gpus_free, wait_for_release
 from tuner.orphans import LiveServers
 from tuner.procgroup import free_port
 from tuner.sglang import logs
-from tuner.sglang.flags import render_flags, validate_flags
+from tuner.sglang.flags import min_gpus, render_flags, validate_flags
 from tuner.sglang.server import ServerProcess
 from tuner.space import SearchSpace
 
@@ -151,6 +151,17 @@ class _TrialRun:
 
         self._phase(Phase.WAIT_GPUS)
         indices = self._gpu_indices()
+        flags = self.spec.argv[len(ctx.engine.launcher) :]
+        needed = min_gpus(flags, ctx.engine.table)
+        if indices and needed > len(indices):
+            return Failure(
+                outcome=Outcome.BAD_FLAG,
+                phase=Phase.RENDER,
+                message=(
+                    f"the launch needs at least {needed} GPUs (tensor x pipeline parallel) but has "
+                    f"{len(indices)}: {', '.join(map(str, indices))}"
+                ),
+            )
         self._timed(
             "wait_gpus",
             lambda: check_gpus_free(

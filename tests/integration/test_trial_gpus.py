@@ -85,3 +85,16 @@ def test_a_client_bound_benchmark_is_not_trusted(tmp_path: Path, monkeypatch: py
     assert result.outcome is Outcome.INFRA_ERROR and not result.outcome.blames_config
     assert result.failure is not None and "93%" in result.failure.message
     assert result.bench is not None, "the measurement is kept for the record"
+
+
+def test_a_launch_needing_more_gpus_than_given_is_refused_before_launch(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, "ignore")
+    ctx = TrialContext(
+        space=replace(ctx.space, gpus=(0,), fixed_flags=(("model-path", "/m"), ("tp-size", 2))),
+        engine=ctx.engine,
+        probe=ctx.probe,
+        log_dir=ctx.log_dir,
+    )
+    result = run_trial(config_from_params(ctx.space, dict(ctx.space.baselines[0])), ctx, label="tp2")
+    assert result.outcome is Outcome.BAD_FLAG and result.server is None
+    assert result.failure is not None and "at least 2 GPUs" in result.failure.message

@@ -172,3 +172,6 @@ def test_client_bound_judgement() -> None:
     assert judge(0.2, 5.1)
     assert not judge(0.2, None)
     assert not judge(1.2, 1.0, cores=2)
+    # a stage shorter than ~0.5 s of lag samples is too short to judge
+    assert not judge(0.9, 9.0, samples=10)
+    assert judge(0.9, 9.0, samples=50)

@@ -403,3 +403,19 @@ def test_config_to_argv_follows_sglangs_rule() -> None:
         "--weird",
         "false",
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "argv", "needed"),
+    [
+        ("0.5.9", ["--model-path", "/m", "--tp-size", "8"], 8),
+        ("0.5.9", ["--model-path", "/m", "--tp", "2", "--pp-size", "3"], 6),
+        ("0.5.23", ["--model-path", "/m", "--tensor-parallel-size", "8", "--nnodes", "2"], 4),
+        ("0.5.23", ["--model-path", "/m"], 1),
+        ("0.5.23", ["--model-path", "/m", "--tp-size", "4", "--dp-size", "2"], 4),  # replicas: a lower bound
+    ],
+)
+def test_min_gpus_is_tensor_times_pipeline_per_node(version: str, argv: list[str], needed: int) -> None:
+    from tuner.sglang.flags import min_gpus
+
+    assert min_gpus(argv, builtin_table(version)) == needed

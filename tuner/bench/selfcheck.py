@@ -13,6 +13,7 @@ LAG_PROBE_S = 0.010  # the probe sleeps this long and records how late it wakes
 CPU_LIMIT_SHARE = 0.7  # of the cores the client uses
 LAG_LIMIT_MS = 5.0
 CLIENT_CORES = 1  # one process, one event loop: at most one core of useful work
+MIN_LAG_SAMPLES = 50  # ~0.5 s: on shorter stages a p99 is one stray sample, and CPU share is start-up cost
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,8 +25,12 @@ class SelfCheck:
     client_bound: bool
 
 
-def judge(cpu_share: float, lag_p99_ms: float | None, *, cores: int = CLIENT_CORES) -> bool:
-    """client_bound ⇔ cpu_share > 0.7 × cores or lag p99 > 5 ms."""
+def judge(
+    cpu_share: float, lag_p99_ms: float | None, *, cores: int = CLIENT_CORES, samples: int = MIN_LAG_SAMPLES
+) -> bool:
+    """client_bound ⇔ cpu_share > 0.7 × cores or lag p99 > 5 ms, judged over at least ~0.5 s (50 samples)."""
+    if samples < MIN_LAG_SAMPLES:
+        return False
     return cpu_share > CPU_LIMIT_SHARE * cores or (lag_p99_ms is not None and lag_p99_ms > LAG_LIMIT_MS)
 
 
@@ -59,4 +64,5 @@ class LoopLagProbe:
                 await self._task
         share = cpu / wall if wall > 0 else 0.0
         lag = float(np.percentile(np.asarray(self._lags_s) * 1000.0, 99)) if self._lags_s else None
-        return SelfCheck(cpu_share=share, loop_lag_p99_ms=lag, client_bound=judge(share, lag))
+        bound = judge(share, lag, samples=len(self._lags_s))
+        return SelfCheck(cpu_share=share, loop_lag_p99_ms=lag, client_bound=bound)

@@ -351,3 +351,20 @@ def config_to_argv(mapping: Mapping[str, object], table: OptionTable) -> tuple[s
         else:
             out.extend([flag, str(value)])
     return tuple(out)
+
+
+def min_gpus(argv_flags: Sequence[str], table: OptionTable) -> int:
+    """A lower bound on the GPUs per node a launch needs: tp x pp / nnodes (data parallelism aside).
+
+    Data-parallel replicas are left out on purpose: their GPU count depends on
+    the release and on DP attention, and a lower bound never refuses a launch
+    that could run.
+    """
+    try:
+        ns = vars(build_parser(table).parse_args(list(argv_flags)))
+    except ArgvError:
+        return 1
+    tp = ns.get("tp_size", ns.get("tensor_parallel_size", 1)) or 1
+    pp = ns.get("pp_size", ns.get("pipeline_parallel_size", 1)) or 1
+    nodes = ns.get("nnodes", 1) or 1
+    return max(1, -(-int(tp) * int(pp) // int(nodes)))
