@@ -178,7 +178,12 @@ class _TrialRun:
         self.server.start()
         if ctx.live is not None and self.server.pid is not None:
             ctx.live.add(self.server.pid, self.spec.argv, self.spec.port)
-        ready = self._timed("launch", self.server.wait_ready)
+        server, base_url = self.server, self.spec.base_url
+
+        def on_stage(stage: str) -> None:  # load, kv, capture, warmup, ready: shown as launch details
+            self._phase(Phase.LAUNCH, f"{stage} {base_url}")
+
+        ready = self._timed("launch", lambda: server.wait_ready(on_stage=on_stage))
         if isinstance(ready, Failure):
             return ready
         assert isinstance(ready, ServerFacts)

@@ -149,10 +149,14 @@ class ServerProcess:
 
     # -- readiness ------------------------------------------------------------------------------
 
-    def wait_ready(self) -> ServerFacts | Failure:
-        """Block until ready (ServerFacts) or until the launch failed (Failure), whichever first."""
+    def wait_ready(self, on_stage: Callable[[str], None] | None = None) -> ServerFacts | Failure:
+        """Block until ready (ServerFacts) or until the launch failed (Failure), whichever first.
+
+        `on_stage` hears the startup stage the log shows (load, kv, capture, warmup) as it changes.
+        """
         if self._group is None or self._started_at is None:
             raise LaunchError("wait_ready() before start()")
+        stage = "start"
         t = self.spec.timeouts
         health_path = "/ready" if version_key(self.spec.sglang_version) >= (0, 5, 20, 0) else "/health"
         with httpx.Client(base_url=self.spec.base_url, timeout=httpx.Timeout(10.0, connect=2.0)) as client:
@@ -168,6 +172,9 @@ class ServerProcess:
                     return self._watchdog_failure(
                         Outcome.HANG, f"no log output for {idle:.0f} s before the server was ready"
                     )
+                if on_stage is not None and self.state.stage != stage:
+                    stage = self.state.stage
+                    on_stage(stage)
                 if self._probe(client, health_path):
                     facts = self._facts(client)
                     if facts is not None:
