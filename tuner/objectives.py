@@ -15,24 +15,10 @@ from collections.abc import Mapping, Sequence
 
 from tuner.config import TrialResult
 from tuner.space_sections import METRICS, Objective, Slo
+from tuner.store_rows import METRIC_COLUMNS, metric_value
 
 MAXIMIZE = "maximize"
 MINIMIZE = "minimize"
-
-# our metric name -> BenchMetrics attribute
-_BENCH_FIELDS = {
-    "output_throughput": "output_throughput",
-    "total_throughput": "total_throughput",
-    "request_throughput": "request_throughput",
-    "ttft_p50_ms": "median_ttft_ms",
-    "ttft_p99_ms": "p99_ttft_ms",
-    "tpot_p50_ms": "median_tpot_ms",
-    "tpot_p99_ms": "p99_tpot_ms",
-    "itl_p50_ms": "median_itl_ms",
-    "itl_p99_ms": "p99_itl_ms",
-    "e2e_p50_ms": "median_e2e_ms",
-    "e2e_p99_ms": "p99_e2e_ms",
-}
 
 FAILURE_CONSTRAINT = "failure"
 PESSIMISTIC_LATENCY_MS = 600_000.0
@@ -47,9 +33,9 @@ def metric_values(result: TrialResult, objective_point: int = -1) -> dict[str, f
         out["min_free_vram_mib"] = float(min(result.min_free_mib))
     metrics = result.bench.objective_metrics if result.bench is not None else None
     if metrics is not None:
-        for name, attr in _BENCH_FIELDS.items():
-            value = getattr(metrics, attr, None)
-            out[name] = float(value) if isinstance(value, (int, float)) else None
+        for name in METRIC_COLUMNS:
+            if name in out:
+                out[name] = metric_value(metrics, name)
     return out
 
 

@@ -23,7 +23,6 @@ from tuner.store_codec import (
     utc,
 )
 
-# Scalar objective columns -> the spellings a metrics dataclass may use for them (same unit only).
 # Scalar objective columns -> the spellings a metrics value may use for them (same unit only):
 # flat names (SGLang's `p99_ttft_ms`) or nested latency statistics (`ttft.p99_ms`).
 METRIC_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -119,8 +118,12 @@ def _gate_columns(gate: Any) -> dict[str, Any]:
     }
 
 
-def _metric(metrics: Any, column: str, names: tuple[str, ...]) -> float | None:
-    # Latency statistics over an empty list read 0 (SGLang's convention); here that is missing.
+def metric_value(metrics: Any, column: str) -> float | None:
+    """One METRIC_COLUMNS value of a metrics value; None when not measured.
+
+    Latency statistics over an empty list read 0 (SGLang's convention); here that is missing.
+    """
+    names = METRIC_COLUMNS[column]
     group = getattr(metrics, column.split("_")[0], None)
     if column.endswith("_ms") and getattr(group, "count", None) == 0:
         return None
@@ -159,7 +162,7 @@ def _bench_columns(bench: Any, objective_point: int | None) -> dict[str, Any]:
         chosen = points[index]
         metrics = getattr(chosen, "metrics", None)
         if metrics is not None:
-            row.update({col: _metric(metrics, col, names) for col, names in METRIC_COLUMNS.items()})
+            row.update({col: metric_value(metrics, col) for col in METRIC_COLUMNS})
         row["objective_point"] = _point_label(chosen, index % len(points))
     return row
 
