@@ -117,18 +117,18 @@ def cmd_trial(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from tuner.engine import engine_for
     from tuner.space import config_from_params, enumerate_choices, load_space
-    from tuner.trial import TrialContext, render_launch
+    from tuner.trial import render_launch
 
     space = load_space(args.space)
     engine = engine_for(space, state_root=None, sglang_version=args.sglang_version)
     version, table = engine.sglang_version, engine.table
-    ctx = TrialContext(space=space, engine=engine, probe=None, log_dir=Path("."))  # type: ignore[arg-type]
     errors: dict[str, list[dict[str, object]]] = {}
     count = 0
     for params in enumerate_choices(space):
         count += 1
         try:
-            render_launch(config_from_params(space, params), ctx, port=30000, log_path=Path("x"))
+            config = config_from_params(space, params)
+            render_launch(config, space, engine, port=30000, log_path=Path("x.log"))
         except (FlagError, ConfigError) as exc:
             errors.setdefault(str(exc), []).append(params)
     bad = sum(len(v) for v in errors.values())

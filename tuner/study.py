@@ -87,12 +87,7 @@ class Hooks:
 def config_hash(engine: Engine, space: SearchSpace, config: TrialConfig) -> str:
     """Hash of the effective launch (argv without host/port, environment): equal hash = same server."""
     try:
-        spec = render_launch(
-            config,
-            TrialContext(space=space, engine=engine, probe=None, log_dir=Path(".")),  # type: ignore[arg-type]
-            port=0,
-            log_path=Path("x"),
-        )
+        spec = render_launch(config, space, engine, port=0, log_path=Path("unused.log"))
         argv = list(spec.argv[len(engine.launcher) :])
         for flag in ("--host", "--port"):
             if flag in argv:

@@ -70,19 +70,20 @@ class TrialContext:
     live: LiveServers | None = None
 
 
-def render_launch(config: TrialConfig, ctx: TrialContext, *, port: int, log_path: Path) -> LaunchSpec:
+def render_launch(
+    config: TrialConfig, space: SearchSpace, engine: Engine, *, port: int, log_path: Path
+) -> LaunchSpec:
     """The exact launch for `config` on the engine's SGLang version; FlagError if it would be rejected."""
-    space = ctx.space
-    flags = render_flags(config, ctx.engine.table, fixed=dict(space.fixed_flags), host=space.host, port=port)
-    validate_flags(flags, ctx.engine.table)
+    flags = render_flags(config, engine.table, fixed=dict(space.fixed_flags), host=space.host, port=port)
+    validate_flags(flags, engine.table)
     return LaunchSpec(
-        argv=(*ctx.engine.launcher, *flags),
-        env=(*ctx.engine.env, *space.env),
+        argv=(*engine.launcher, *flags),
+        env=(*engine.env, *space.env),
         host=space.host,
         port=port,
         gpus=space.gpus,
         log_path=log_path,
-        sglang_version=ctx.engine.sglang_version,
+        sglang_version=engine.sglang_version,
         timeouts=space.timeouts,
     )
 
@@ -145,7 +146,7 @@ class _TrialRun:
         port = free_port(space.host)
         log_path = ctx.log_dir / f"{self.label}.log"
         try:
-            self.spec = render_launch(self.config, ctx, port=port, log_path=log_path)
+            self.spec = render_launch(self.config, space, ctx.engine, port=port, log_path=log_path)
         except FlagError as exc:
             return Failure(outcome=Outcome.BAD_FLAG, phase=Phase.RENDER, message=str(exc))
 
