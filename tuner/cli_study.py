@@ -87,6 +87,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli import print_json
     from tuner.display import result_line
     from tuner.engine import engine_for, probe_for
+    from tuner.orphans import LiveServers
     from tuner.space import config_from_params, load_space, parse_set_overrides
     from tuner.trial import TrialContext, run_trial
 
@@ -98,8 +99,15 @@ def cmd_trial(args: argparse.Namespace) -> int:
     engine = engine_for(space, state_root=run_dir)
     probe = probe_for(engine)
     try:
+        live = LiveServers(run_dir)
+        live.stop_orphans()  # a server left by a killed run or trial holds the GPUs
         ctx = TrialContext(
-            space=space, engine=engine, probe=probe, log_dir=run_dir / "logs", progress=not args.json
+            space=space,
+            engine=engine,
+            probe=probe,
+            log_dir=run_dir / "logs",
+            progress=not args.json,
+            live=live,
         )
         result = run_trial(config, ctx, label="single")
     finally:
