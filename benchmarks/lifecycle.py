@@ -24,13 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner.config import Failure, LaunchSpec, LaunchTimeouts, Phase, ServerFacts  # noqa: E402
-from tuner.procgroup import free_port  # noqa: E402
+from tuner.sglang.process import free_port  # noqa: E402
 from tuner.sglang.server import ServerProcess  # noqa: E402
 
 TIMEOUTS = LaunchTimeouts(startup_s=30, idle_log_s=10, ready_poll_s=0.05, sigint_grace_s=5, sigterm_grace_s=5)
 GLM5_OOM = ["--model-path", "/m", "--tp-size", "8", "--mem-fraction-static", "0.95",
             "--nsa-prefill-backend", "trtllm", "--nsa-decode-backend", "trtllm",
-            "--cuda-graph-bs", *"1 2 4 8 12 16 24 32 40 48 56 64".split()]
+            "--cuda-graph-bs", *["1", "2", "4", "8", "12", "16", "24", "32", "40", "48", "56", "64"]]
 TINY = ["--model-path", "/m", "--tp-size", "1", "--mem-fraction-static", "0.8"]
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from tuner.bench.settings import LoadPoint, Workload  # noqa: E402
 from tuner.engine import engine_for, probe_for  # noqa: E402
-from tuner.space import config_from_params, load_space  # noqa: E402
+from tuner.space.loader import config_from_params, load_space  # noqa: E402
 from tuner.trial import TrialContext, run_trial  # noqa: E402
 
 SEED_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64]
@@ -68,7 +68,7 @@ def main() -> int:
                 f"{metrics.total_throughput:>12.1f} {total_seed or '-':>6}"
             )
             print(f"{'':<22} steady-state output {metrics.steady_output_throughput or 0:.1f} tok/s, "
-                  f"TTFT p99 {metrics.p99_ttft_ms:.0f} ms, TPOT median {metrics.median_tpot_ms:.0f} ms, "
+                  f"TTFT p99 {metrics.ttft.p99_ms:.0f} ms, TPOT median {metrics.tpot.median_ms:.0f} ms, "
                   f"completed {metrics.completed}/{metrics.completed + metrics.failed}, "
                   f"client bound: {result.bench.client_bound if result.bench else '-'}")
     print("min free MiB is the lowest free memory seen during gate and benchmark (activations included);")

@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.space import load_space  # noqa: E402
-from tuner.study import Hooks, StudyRunner, TrialEvent  # noqa: E402
+from tuner.space.loader import load_space  # noqa: E402
+from tuner.study.runner import Hooks, StudyRunner, TrialEvent  # noqa: E402
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ TrialConfig (what to try) -> LaunchSpec (how to start it) -> ServerFacts
 (what the ready server told us) -> GateResult / BenchResult -> TrialResult
 (everything, for the store and the sampler). All frozen; no stage mutates
 another's output. Gate and benchmark result types live beside the code that
-makes them (tuner.gate, tuner.bench) and are only referenced here.
+makes them (tuner.gate.run, tuner.bench) and are only referenced here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from tuner.bench.types import BenchResult
-    from tuner.gate import GateResult  # noqa: F401
+    from tuner.gate.run import GateResult  # noqa: F401
 
 FlagValue: TypeAlias = bool | int | float | str | tuple[int, ...] | tuple[str, ...]
 
@@ -54,6 +54,11 @@ class Outcome(str, Enum):
     SLO_VIOLATION = "slo_violation"
     INTERRUPTED = "interrupted"
     INFRA_ERROR = "infra_error"
+
+    @property
+    def measured(self) -> bool:
+        """The server ran the benchmark to the end: OK, or measured but missing an SLO."""
+        return self in (Outcome.OK, Outcome.SLO_VIOLATION)
 
     @property
     def blames_config(self) -> bool:
@@ -122,6 +127,7 @@ class LaunchSpec:
     log_path: Path
     sglang_version: str
     timeouts: LaunchTimeouts = field(default_factory=LaunchTimeouts)
+    key: str = ""  # the effective launch (flags without host/port, env, release): same key, same server
 
     @property
     def base_url(self) -> str:
@@ -202,3 +208,26 @@ class TrialResult:
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.OK
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    """What a trial amounts to for the study: stored in its row and told to Optuna."""
+
+    outcome: Outcome  # the result's outcome, or SLO_VIOLATION for a measured trial missing an SLO
+    values: tuple[float, ...]  # objective values, pessimistic where not measured
+    constraints: dict[str, float]  # <= 0 is feasible; the same keys on every trial
+    feasible: bool
+    metrics: dict[str, float | None]  # every metric of the result (None = not measured)
+
+    @property
+    def retryable(self) -> bool:
+        """Not the configuration's doing (interrupted, infrastructure): told FAIL and retried."""
+        return self.outcome in (Outcome.INTERRUPTED, Outcome.INFRA_ERROR)
+
+    @property
+    def message(self) -> str:
+        """One line for the live display."""
+        if self.feasible:
+            return "feasible"
+        return "SLO missed" if self.outcome is Outcome.SLO_VIOLATION else ""

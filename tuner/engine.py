@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.errors import ConfigError
-from tuner.gpu import FileGpuProbe, GpuProbe, NvmlProbe
+from tuner.gpu.sampler import FileGpuProbe, GpuProbe, NvmlProbe
 from tuner.sglang.introspect import detect_sglang_version, option_table_for
 from tuner.sglang.options import OptionTable
 
 if TYPE_CHECKING:
-    from tuner.space import SearchSpace
+    from tuner.space.loader import SearchSpace
 
 log = logging.getLogger(__name__)
 

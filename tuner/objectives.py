@@ -1,11 +1,11 @@
-"""From a TrialResult to what the sampler sees: objective values and constraint values.
+"""Judging a trial: from a TrialResult to its outcome, objective values and constraints (pure).
 
-Pure functions. A configuration that crashed, ran out of memory or failed the
-gate is reported as COMPLETE-but-infeasible (constraint `failure` > 0) with
-pessimistic but plausible values, never as FAIL (samplers ignore FAIL trials
-and walk back into the crash region) and never as a score that could rank
-best (0.0 throughput is the floor of a maximised objective; for a minimised
-latency the value is the worst one seen, doubled).
+`judge` is computed once per trial and stored as is: the store's row, Optuna's tell and every
+report read the same verdict. A configuration that crashed, ran out of memory or failed the
+gate is COMPLETE-but-infeasible (constraint `failure` > 0) with pessimistic but plausible
+values, never FAIL (samplers ignore FAIL trials and walk back into the crash region) and never
+a score that could rank best (0.0 is the floor of a maximised objective; a minimised latency
+gets the worst one seen, doubled). A measured trial that misses an SLO is `slo_violation`.
 """
 
 from __future__ import annotations
@@ -13,69 +13,67 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from tuner.config import TrialResult
-from tuner.space_sections import METRICS, Objective, Slo
-from tuner.store_rows import METRIC_COLUMNS, metric_value
-
-MAXIMIZE = "maximize"
-MINIMIZE = "minimize"
+from tuner.config import Outcome, TrialResult, Verdict
+from tuner.metrics import Direction, trial_values
+from tuner.space.sections import Objective, Slo
 
 FAILURE_CONSTRAINT = "failure"
 PESSIMISTIC_LATENCY_MS = 600_000.0
 
 
-def metric_values(result: TrialResult, objective_point: int = -1) -> dict[str, float | None]:
-    """Every known metric of a result (None where it was not measured)."""
-    out: dict[str, float | None] = dict.fromkeys(METRICS)
-    if result.server is not None and result.server.kv_tokens is not None:
-        out["kv_tokens"] = float(result.server.kv_tokens)
-    if result.min_free_mib:
-        out["min_free_vram_mib"] = float(min(result.min_free_mib))
-    metrics = result.bench.objective_metrics if result.bench is not None else None
-    if metrics is not None:
-        for name in METRIC_COLUMNS:
-            if name in out:
-                out[name] = metric_value(metrics, name)
-    return out
+def judge(
+    result: TrialResult,
+    objectives: Sequence[Objective],
+    slos: Sequence[Slo],
+    *,
+    worst_seen: Mapping[str, float] | None = None,
+) -> Verdict:
+    """The verdict on one result under the study's objectives and SLOs."""
+    metrics = trial_values(result)
+    constraints = constraint_values(metrics, slos, failed=not result.ok)
+    feasible = result.ok and is_feasible(constraints)
+    outcome = Outcome.SLO_VIOLATION if result.ok and not feasible else result.outcome
+    values = objective_values(metrics, objectives, measured=result.ok, worst_seen=worst_seen or {})
+    return Verdict(
+        outcome=outcome, values=values, constraints=constraints, feasible=feasible, metrics=metrics
+    )
 
 
 def objective_values(
-    result: TrialResult,
+    metrics: Mapping[str, float | None],
     objectives: Sequence[Objective],
     *,
-    objective_point: int = -1,
-    worst_seen: Mapping[str, float] | None = None,
+    measured: bool,
+    worst_seen: Mapping[str, float],
 ) -> tuple[float, ...]:
     """The values to tell Optuna. Failed or unmeasured metrics get pessimistic values."""
-    values = metric_values(result, objective_point)
     out = []
     for obj in objectives:
-        value = values.get(obj.metric) if result.ok else None
+        value = metrics.get(obj.metric) if measured else None
         if value is None or math.isnan(value):
-            value = pessimistic(obj, worst_seen or {})
+            value = pessimistic(obj, worst_seen)
         out.append(float(value))
     return tuple(out)
 
 
 def pessimistic(obj: Objective, worst_seen: Mapping[str, float]) -> float:
     """A value no feasible trial would beat: 0 for maximised metrics, 2 x the worst seen latency."""
-    if obj.direction == MAXIMIZE:
+    if obj.direction == Direction.MAXIMIZE:
         return 0.0
     seen = worst_seen.get(obj.metric)
     return 2.0 * seen if seen else PESSIMISTIC_LATENCY_MS
 
 
 def constraint_values(
-    result: TrialResult, slos: Sequence[Slo], *, objective_point: int = -1
+    metrics: Mapping[str, float | None], slos: Sequence[Slo], *, failed: bool
 ) -> dict[str, float]:
     """The same keys on every trial (GP/BoTorch require it); <= 0 is feasible."""
-    values = metric_values(result, objective_point)
-    failed = not result.ok
     out = {FAILURE_CONSTRAINT: 1.0 if failed else 0.0}
     for slo in slos:
-        out[f"slo:{slo.name}"] = 1.0 if failed else slo.violation(values.get(slo.metric))
+        out[f"slo:{slo.name}"] = 1.0 if failed else slo.violation(metrics.get(slo.metric))
     return out
 
 
 def is_feasible(constraints: Mapping[str, float]) -> bool:
+    """Every constraint satisfied (<= 0)."""
     return all(v <= 0 for v in constraints.values())

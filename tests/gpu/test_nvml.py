@@ -16,7 +16,14 @@ from collections.abc import Iterator
 import pytest
 
 from tuner.errors import GpuBusyError, GpuError
-from tuner.gpu import GpuMemory, MemorySampler, NvmlProbe, check_gpus_free, visible_to_nvml, wait_for_release
+from tuner.gpu.sampler import (
+    GpuMemory,
+    MemorySampler,
+    NvmlProbe,
+    check_gpus_free,
+    visible_to_nvml,
+    wait_for_release,
+)
 
 pytestmark = pytest.mark.gpu
 

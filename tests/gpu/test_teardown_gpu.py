@@ -14,8 +14,8 @@ import time
 import pytest
 
 from tuner.errors import GpuError
-from tuner.gpu import NvmlProbe, visible_to_nvml, wait_for_release
-from tuner.procgroup import ProcessGroup
+from tuner.gpu.sampler import NvmlProbe, visible_to_nvml, wait_for_release
+from tuner.sglang.process import ProcessGroup
 
 pytestmark = pytest.mark.gpu
 

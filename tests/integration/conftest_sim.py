@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tuner.orphans import pid_alive  # a zombie counts as dead
-from tuner.procgroup import free_port
+from tuner.sglang.orphans import pid_alive  # a zombie counts as dead
+from tuner.sglang.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from tuner.bench.runner import benchmark
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, RequestTimeouts, Workload
 from tuner.bench.types import ErrorClass, OutputSource
 from tuner.errors import BenchmarkError
-from tuner.procgroup import free_port
+from tuner.sglang.process import free_port
 
 pytestmark = pytest.mark.integration
 

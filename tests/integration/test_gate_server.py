@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tuner.gate import GateRound, GateVerdict, gate
-from tuner.gate_settings import DEFAULT_PROMPTS, GateSettings
-from tuner.procgroup import free_port
+from tuner.gate.run import GateRound, GateVerdict, gate
+from tuner.gate.settings import DEFAULT_PROMPTS, GateSettings
+from tuner.sglang.process import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -27,10 +27,10 @@ from tuner.config import (
     TrialConfig,
 )
 from tuner.errors import FlagError, PortInUseError
-from tuner.gpu import FileGpuProbe, wait_for_release
-from tuner.procgroup import free_port, port_is_free
+from tuner.gpu.sampler import FileGpuProbe, wait_for_release
 from tuner.sglang.flags import render_flags, validate_flags
 from tuner.sglang.options import builtin_table
+from tuner.sglang.process import free_port, port_is_free
 from tuner.sglang.server import ServerProcess
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ def test_notebook_is_committed_without_outputs() -> None:
     assert "TUNER_DB" in code[0].source and "TUNER_STUDY" in code[0].source
     sql = re.compile(r"\bSELECT\b.*\bFROM\b|sqlite3|sqlalchemy|create_study|suggest_")
     assert not any(sql.search(c.source) for c in code), (
-        "the notebook calls tuner.report/export, nothing lower"
+        "the notebook calls tuner.report.frame/export, nothing lower"
     )
 
 

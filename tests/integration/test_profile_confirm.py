@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tuner.report import load_study_data
+from tuner.report.frame import load_study_data
 
 if TYPE_CHECKING:
     from profile_study import ProfileStudy

@@ -14,11 +14,11 @@ import httpx
 import pytest
 import yaml
 
-from tuner.export_render import split_launcher
-from tuner.procgroup import free_port
-from tuner.report import load_study_data
+from tuner.report.frame import load_study_data
+from tuner.report.profile import split_launcher
 from tuner.sglang.flags import config_to_argv
 from tuner.sglang.options import build_parser, builtin_table
+from tuner.sglang.process import free_port
 
 if TYPE_CHECKING:
     from profile_study import ProfileStudy
@@ -28,7 +28,7 @@ pytest_plugins = ("profile_study",)
 
 
 def _best_row(study: ProfileStudy, prefer: str = "balanced"):
-    from tuner.export import choose_best
+    from tuner.report.export import choose_best
 
     return choose_best(load_study_data(study.url, study.study), prefer=prefer).row
 

@@ -8,10 +8,10 @@ import pytest
 
 from tuner.config import Outcome
 from tuner.engine import engine_for, probe_for
-from tuner.gate import GateVerdict
+from tuner.gate.run import GateVerdict
 from tuner.sim import perf
 from tuner.sim.scenario import load_scenario
-from tuner.space import config_from_params, load_space
+from tuner.space.loader import config_from_params, load_space
 from tuner.trial import TrialContext, run_trial
 
 pytestmark = pytest.mark.integration

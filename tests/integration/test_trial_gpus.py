@@ -13,7 +13,7 @@ import pytest
 
 from tuner.config import Outcome
 from tuner.engine import engine_for, probe_for
-from tuner.space import config_from_params, load_space
+from tuner.space.loader import config_from_params, load_space
 from tuner.trial import TrialContext, run_trial
 
 pytestmark = pytest.mark.integration
@@ -71,16 +71,14 @@ def test_policy_wait_launches_once_the_holder_is_gone(tmp_path: Path) -> None:
     assert result.timings.wait_gpus_s >= 0.5
 
 
-def test_a_client_bound_benchmark_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tuner.trial
-
-    real = tuner.trial.benchmark
+def test_a_client_bound_benchmark_is_not_trusted(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, "ignore")
+    real = ctx.bench
 
     def saturated_client(*args, **kwargs):  # type: ignore[no-untyped-def]
         return replace(real(*args, **kwargs), client_bound=True, client_cpu_share=0.93)
 
-    monkeypatch.setattr(tuner.trial, "benchmark", saturated_client)
-    ctx = _ctx(tmp_path, "ignore")
+    ctx = replace(ctx, bench=saturated_client)
     result = run_trial(config_from_params(ctx.space, dict(ctx.space.baselines[0])), ctx, label="bound")
     assert result.outcome is Outcome.INFRA_ERROR and not result.outcome.blames_config
     assert result.failure is not None and "93%" in result.failure.message

@@ -11,8 +11,9 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial
 
 from tuner.config import Outcome, Phase
-from tuner.report import StudyData
-from tuner.store_rows import METRIC_COLUMNS, StoredTrial
+from tuner.metrics import BENCH_METRICS
+from tuner.report.frame import StudyData
+from tuner.store.rows import StoredTrial
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 SIM_LAUNCHER = (
@@ -28,11 +29,6 @@ DISTS = {
     "mem-fraction-static": FloatDistribution(0.5, 0.95),
     "cuda_graph": CategoricalDistribution(["off", "max:8", "max:16"]),
 }
-
-
-def bench_with_latency(ttft_p99: float = 20.0, tpot_p99: float = 3.0, count: int = 8) -> dict[str, Any]:
-    stats = lambda p99: {"median_ms": p99 / 2, "p99_ms": p99, "count": count}  # noqa: E731
-    return {"objective_point": 0, "points": [{"metrics": {"ttft": stats(ttft_p99), "tpot": stats(tpot_p99)}}]}
 
 
 def make_row(
@@ -51,9 +47,10 @@ def make_row(
     **changes: Any,
 ) -> StoredTrial:
     ok = outcome is Outcome.OK
-    metrics: dict[str, float | None] = dict.fromkeys(METRIC_COLUMNS)
+    metrics: dict[str, float | None] = dict.fromkeys(BENCH_METRICS)
     if ok:
         metrics.update(output_throughput=tput, total_throughput=None if tput is None else tput * 5)
+        metrics.update(ttft_p50_ms=10.0, ttft_p99_ms=20.0, tpot_p50_ms=1.5, tpot_p99_ms=3.0)
     flags = ("--model-path", "/models/tiny", "--tp-size", "1", "--mem-fraction-static", str(mem))
     if graph == "off":
         flags += ("--disable-cuda-graph",)
@@ -91,7 +88,7 @@ def make_row(
         gate=None,
         objective_point="c4" if ok else None,
         metrics=metrics,
-        bench=bench_with_latency() if ok else None,
+        bench={"objective_point": 0, "points": []} if ok else None,
         client_bound=False if ok else None,
         log_path=f"runs/logs/trial-{number}.log",
         log_excerpt="" if ok else "line 1\nline 2\nCUDA out of memory",
@@ -100,7 +97,6 @@ def make_row(
         finished_at=T0 + timedelta(minutes=number or 0, seconds=30),
         hostname="h",
         pid=1,
-        dedup_of=None,
         confirm_of=confirm_of,
     )
     return replace(row, **changes) if changes else row

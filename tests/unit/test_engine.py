@@ -9,7 +9,7 @@ import pytest
 
 from tuner.engine import SIM_STATE_ENV, engine_for
 from tuner.errors import ConfigError
-from tuner.space import load_space
+from tuner.space.loader import load_space
 
 ROOT = Path(__file__).resolve().parents[2]
 

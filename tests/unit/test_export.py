@@ -1,4 +1,4 @@
-"""tuner.export / export_render: choosing a trial, spreads, the three formats (secrets never leave)."""
+"""tuner.report.export / export_render: choosing a trial, spreads, the three formats (secrets never leave)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import yaml
 from report_builders import SIM_LAUNCHER, make_row, study_data
 
 from tuner.config import Outcome
-from tuner.export import ProfileError, build_profile, choose_best, select, spreads, utopia_distances
-from tuner.export_render import profile_dict, render_json, render_sh, render_yaml, split_launcher
+from tuner.report.export import ProfileError, build_profile, choose_best, select, spreads, utopia_distances
+from tuner.report.profile import profile_dict, render_json, render_sh, render_yaml, split_launcher
 from tuner.sglang.flags import config_to_argv
 from tuner.sglang.options import build_parser, builtin_table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.garbage import GarbageReason, estimate_tokens, inspect_content, inspect_finish, inspect_text
+from tuner.gate.garbage import GarbageReason, estimate_tokens, inspect_content, inspect_finish, inspect_text
 
 ESSAY = """A hash table stores key-value pairs in an array of buckets. To insert an item, the table
 computes a hash of the key, a number derived from its bytes, and reduces it modulo the number of buckets

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tuner.errors import ConfigError
-from tuner.gate import (
+from tuner.gate.run import (
     GateAnswer,
     GateRound,
     GateVerdict,
@@ -27,7 +27,7 @@ from tuner.gate import (
     summarize,
     validate_settings,
 )
-from tuner.gate_settings import DEFAULT_PROMPTS, GatePrompt, GateSettings
+from tuner.gate.settings import DEFAULT_PROMPTS, GatePrompt, GateSettings
 
 CAPITAL = GatePrompt(name="capital", prompt="Capital of France?", expect="Paris", max_tokens=256)
 ARITH = GatePrompt(name="arith", prompt="17 + 25?", expect_regex=r"\b42\b", max_tokens=256)

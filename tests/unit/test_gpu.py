@@ -17,7 +17,7 @@ import pytest
 
 from tuner.config import GpuInfo
 from tuner.errors import GpuBusyError, GpuError, ReleaseTimeoutError
-from tuner.gpu import (
+from tuner.gpu.sampler import (
     MIB,
     FileGpuProbe,
     GpuMemory,

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from tuner.errors import PortInUseError
-from tuner.procgroup import ProcessGroup, ensure_port_free, free_port, port_is_free
+from tuner.sglang.process import ProcessGroup, ensure_port_free, free_port, port_is_free
 
 IGNORES_SIGINT_AND_SIGTERM = """
 import signal, sys, time

@@ -1,4 +1,4 @@
-"""tuner.report: the Pareto front and its cross-check with Optuna, frames, failures, importances."""
+"""tuner.report.frame: the Pareto front and its cross-check with Optuna, frames, failures, importances."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from dataclasses import replace
 import optuna
 import pandas as pd
 import pytest
-from report_builders import bench_with_latency, frozen, make_row, study_data
+from report_builders import frozen, make_row, study_data
 
 from tuner.config import Outcome
-from tuner.report import (
+from tuner.report.detail import failures_by_class, failures_frame, param_importances, with_latencies
+from tuner.report.frame import (
     ReportError,
     compact_params,
     front_frame,
@@ -21,7 +22,6 @@ from tuner.report import (
     pareto_front,
     trials_frame,
 )
-from tuner.report_detail import failures_by_class, failures_frame, param_importances, with_latencies
 
 
 def test_non_dominated_honours_directions_and_keeps_equal_points() -> None:
@@ -62,7 +62,7 @@ def test_front_disagreeing_with_optuna_raises_or_logs(caplog: pytest.LogCaptureF
     assert data.best_numbers == (1,)
     with pytest.raises(ReportError, match=r"tuner's records is trials \[0\].*best_trials is \[1\]"):
         pareto_front(data)
-    with caplog.at_level(logging.ERROR, logger="tuner.report"):
+    with caplog.at_level(logging.ERROR, logger="tuner.report.frame"):
         assert pareto_front(data, strict=False) == (0,)
     assert "contradicts itself" in caplog.text
 
@@ -84,14 +84,13 @@ def test_reused_result_counts_with_its_originals_measurement() -> None:
     assert list(table.columns[:4]) == ["trial", "knobs", "output_throughput", "kv_tokens"]
 
 
-def test_measurements_read_latencies_from_the_load_point_when_columns_are_empty() -> None:
-    row = make_row(0, bench=bench_with_latency(ttft_p99=31.5, tpot_p99=4.25))
+def test_measurements_read_every_registered_metric_of_a_row() -> None:
+    row = make_row(0)
+    row = replace(row, metrics={**row.metrics, "ttft_p99_ms": 31.5, "tpot_p99_ms": 4.25})
     values = measurements(row)
     assert values["ttft_p99_ms"] == 31.5 and values["tpot_p99_ms"] == 4.25
     assert values["kv_tokens"] == 1_000_000 and values["min_free_vram_mib"] == 10_000
-    # SGLang's convention: an empty list gives 0 ms with count 0 -- that is missing, not a perfect latency
-    empty = measurements(make_row(0, bench=bench_with_latency(ttft_p99=0.0, count=0)))
-    assert empty["ttft_p99_ms"] is None
+    assert values["e2e_p50_ms"] is None  # not measured stays missing
     assert measurements(make_row(0, outcome=Outcome.NAN))["output_throughput"] is None
 
 

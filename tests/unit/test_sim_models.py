@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tuner.gate_settings import DEFAULT_PROMPTS
+from tuner.gate.settings import DEFAULT_PROMPTS
 from tuner.sglang.options import builtin_table, version_key
 from tuner.sim import args as simargs
 from tuner.sim import logfmt, memory, perf, text

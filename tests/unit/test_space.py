@@ -10,7 +10,7 @@ import pytest
 from tuner.config import CudaGraph, TrialConfig
 from tuner.errors import ConfigError
 from tuner.sglang.options import known_versions
-from tuner.space import (
+from tuner.space.loader import (
     SearchSpace,
     config_from_params,
     enumerate_choices,
@@ -19,8 +19,8 @@ from tuner.space import (
     parse_set_overrides,
     suggest,
 )
-from tuner.space_params import ParamKind
-from tuner.space_yaml import parse_duration
+from tuner.space.params import ParamKind
+from tuner.space.source import parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACES = sorted((ROOT / "search_spaces").glob("*.yaml"))

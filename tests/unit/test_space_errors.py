@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tuner.errors import ConfigError
-from tuner.space import load_space
+from tuner.space.loader import load_space
 
 BASE = """\
 name: t

@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 from test_store_contract import make_bench, make_launch, make_result, record
 
-from tuner import store as store_module
-from tuner import store_schema
 from tuner.config import Failure, Outcome, Phase, TrialConfig
 from tuner.errors import StoreError
-from tuner.store import (
+from tuner.store import schema as store_schema
+from tuner.store import sql as store_module
+from tuner.store.sql import (
     SqlStore,
     database_url,
     make_engine,
@@ -236,7 +236,7 @@ def test_secrets_never_reach_the_file(tmp_path: Path) -> None:
 
 
 def test_bulk_request_rows(tmp_path: Path) -> None:
-    bench = make_bench(n_records=10_000)
+    bench = make_bench(n_records=10_000, fail_every=10)
     with SqlStore(file_url(tmp_path)) as store:
         start = time.perf_counter()
         trial_id = record(store, make_result(bench=bench))
@@ -291,7 +291,7 @@ def test_real_gate_and_bench_types_fill_the_columns(tmp_path: Path) -> None:
         OutputSource,
         RequestRecord,
     )
-    from tuner.gate import GateAnswer, GateResult, GateRound, GateVerdict
+    from tuner.gate.run import GateAnswer, GateResult, GateRound, GateVerdict
 
     def stats(median_ms: float, p99_ms: float, count: int = 10) -> LatencyStats:
         return LatencyStats(mean_ms=median_ms, median_ms=median_ms, p99_ms=p99_ms, count=count)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tuner.errors import ConfigError, StoreError
-from tuner.space import load_space
-from tuner.study_storage import lock_path, make_sampler
+from tuner.space.loader import load_space
+from tuner.study.storage import lock_path, make_sampler
 
 ROOT = Path(__file__).resolve().parents[2]
 

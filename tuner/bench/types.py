@@ -157,25 +157,6 @@ class BenchMetrics:
     output_tokens_source: str | None  # "usage" | "requested" | "mixed"; None if nothing completed
 
 
-_STATS = ("mean", "median", "std", "p90", "p95", "p99")
-
-
-def _flat(group: str, stat: str) -> property:
-    def get(self: BenchMetrics) -> float:
-        return float(getattr(getattr(self, group), f"{stat}_ms"))
-
-    get.__doc__ = f"{group}.{stat}_ms under SGLang's flat result name."
-    return property(get)
-
-
-# SGLang's flat names (`p99_ttft_ms`, `median_itl_ms`, `mean_e2e_latency_ms`, ...) as read-only
-# views of the nested LatencyStats, so consumers can look metrics up by the names users know.
-for _group in ("ttft", "tpot", "itl", "e2e"):
-    for _stat in _STATS:
-        setattr(BenchMetrics, f"{_stat}_{_group}_ms", _flat(_group, _stat))
-        if _group == "e2e":
-            setattr(BenchMetrics, f"{_stat}_e2e_latency_ms", _flat(_group, _stat))
-del _group, _stat
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -24,9 +24,9 @@ import httpx
 
 from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts
 from tuner.errors import LaunchError
-from tuner.procgroup import ProcessGroup, StopReport, ensure_port_free, wait_port_free
 from tuner.sglang import logs
 from tuner.sglang.options import version_key
+from tuner.sglang.process import ProcessGroup, StopReport, ensure_port_free, wait_port_free
 
 log = logging.getLogger(__name__)
 

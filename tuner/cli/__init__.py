@@ -1,0 +1,52 @@
+"""The command surface: parse, call, print. `python -m tuner <command> --help` for each.
+
+Each command module adds its own sub-parsers with a handler (`register(sub)`); this module only
+assembles them, sets up logging and turns a `TunerError` into one line and its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from tuner.cli import profile, study
+from tuner.errors import TunerError
+from tuner.interrupts import INTERRUPTS
+
+log = logging.getLogger("tuner")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: every command module registers its sub-parsers."""
+    parser = argparse.ArgumentParser(prog="python -m tuner", description="Tuning experiments for SGLang.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    study.register(sub)
+    profile.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m tuner`; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    INTERRUPTS.install()
+    try:
+        code: int = args.handler(args)
+        return int(code or 0)
+    except TunerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,130 @@
+"""The live view of a running study (rich), and one-line summaries of trial results."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from tuner.config import Outcome, Phase, TrialResult
+from tuner.study.runner import TrialEvent
+
+
+def result_line(result: TrialResult) -> str:
+    """One line: outcome, KV tokens, throughput, why it failed."""
+    parts = [result.outcome.value]
+    if result.server is not None:
+        parts.append(f"kv={result.server.kv_tokens}")
+        parts.append(f"startup={result.server.startup_s:.1f}s")
+    m = result.bench.objective_metrics if result.bench is not None else None
+    if m is not None:
+        parts.append(f"out={m.output_throughput:.1f} tok/s total={m.total_throughput:.1f} tok/s")
+    if result.min_free_mib:
+        parts.append(f"min_free={min(result.min_free_mib)} MiB")
+    if result.failure is not None:
+        parts.append(f"[{result.failure.phase.value}] {result.failure.message}")
+    return "  ".join(parts)
+
+
+class RunDisplay:
+    """Trial k/N, phase, elapsed and ETA, best so far, last failure."""
+
+    def __init__(
+        self, *, budget: int | None, metric_names: Sequence[str], console: Console | None = None
+    ) -> None:
+        self.console = console or Console(stderr=True)
+        self.budget = budget
+        self.metric_names = tuple(metric_names)
+        self.started = time.monotonic()
+        self.trial_started = self.started
+        self.current: int | None = None
+        self.done = 0
+        self.phase = "starting"
+        self.detail = ""
+        self.durations: list[float] = []
+        self.best: dict[str, tuple[float, int]] = {}
+        self.last_failure = "-"
+        self.history: list[TrialEvent] = []
+        self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+
+    def __enter__(self) -> RunDisplay:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.update(self._render())
+        self._live.__exit__(None, None, None)
+
+    # hooks
+    def on_start(self, number: int, done: int) -> None:
+        self.current = number
+        self.done = done
+        self.trial_started = time.monotonic()
+        self.phase, self.detail = "asking", ""
+        self._live.update(self._render())
+
+    def on_phase(self, number: int, phase: Phase, detail: str) -> None:
+        self.phase, self.detail = phase.value, detail
+        self._live.update(self._render())
+
+    def on_trial(self, event: TrialEvent) -> None:
+        self.history.append(event)
+        if event.reused_from is None:
+            self.durations.append(event.duration_s)
+        if event.outcome is not Outcome.INTERRUPTED and event.outcome is not Outcome.INFRA_ERROR:
+            self.done += 1
+        if event.feasible:
+            for name, value in zip(self.metric_names, event.values, strict=False):
+                best = self.best.get(name)
+                if best is None or value > best[0]:
+                    self.best[name] = (value, event.number)
+        elif not event.outcome.measured:
+            self.last_failure = f"#{event.number} {event.outcome.value}: {event.message[:90]}"
+        self.phase = "done"
+        self._live.update(self._render())
+
+    def _render(self) -> Group:
+        now = time.monotonic()
+        elapsed = now - self.started
+        eta = "-"
+        if self.durations:
+            mean = sum(self.durations) / len(self.durations)
+            eta = _fmt(mean * max(0, self.budget - self.done)) if self.budget is not None else "-"
+        head = Table.grid(padding=(0, 2))
+        head.add_row(
+            Text(
+                f"trial {self.done + (1 if self.phase != 'done' else 0)}/{self.budget or '∞'}", style="bold"
+            ),
+            f"#{self.current}" if self.current is not None else "",
+            Text(self.phase, style="cyan"),
+            self.detail,
+            f"elapsed {_fmt(elapsed)}",
+            f"ETA {eta}",
+        )
+        best = ", ".join(f"{k}={v:.1f} (#{n})" for k, (v, n) in self.best.items()) or "-"
+        info = Table.grid(padding=(0, 2))
+        info.add_row("best so far:", best)
+        info.add_row("last failure:", self.last_failure)
+        recent = Table(box=None, show_header=True, header_style="dim")
+        for col in ("#", "outcome", *self.metric_names, "s", "note"):
+            recent.add_column(col)
+        for ev in self.history[-8:]:
+            measured = ev.outcome.measured and ev.values
+            vals = [f"{v:,.1f}" for v in ev.values] if measured else ["-"] * len(self.metric_names)
+            note = f"reused #{ev.reused_from}" if ev.reused_from is not None else ev.message[:60]
+            style = "green" if ev.feasible else ("yellow" if ev.outcome is Outcome.OK else "red")
+            recent.add_row(
+                str(ev.number), Text(ev.outcome.value, style=style), *vals, f"{ev.duration_s:.1f}", note
+            )
+        return Group(head, info, recent)
+
+
+def _fmt(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

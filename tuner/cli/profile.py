@@ -1,0 +1,223 @@
+"""Commands around a chosen trial: report (tables and plots), export (launch profile), confirm (re-run)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import ConfigError
+
+
+def _add_choice(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
+    p.add_argument(
+        "--study", default=None, help="study name (default: the space's, or the database's only one)"
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, default=None, metavar="N", help="this Optuna trial number")
+    which.add_argument(
+        "--best", action="store_true", help="pick from the feasible Pareto front (the default)"
+    )
+    p.add_argument(
+        "--prefer",
+        choices=("throughput", "kv", "balanced"),
+        default="balanced",
+        help="with --best: max output throughput, max KV tokens, or closest to the utopia point",
+    )
+    p.add_argument(
+        "--min-free-vram",
+        type=int,
+        default=None,
+        metavar="MIB",
+        dest="min_free_mib",
+        help="with --best: only trials whose lowest free GPU memory stayed at least this",
+    )
+    p.add_argument(
+        "--allow-infeasible",
+        action="store_true",
+        help="with --trial: accept a trial that was not feasible (missed a constraint, failed its gate, ...)",
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add export, confirm and report to the command line."""
+    export = sub.add_parser(
+        "export", help="write a trial's launch profile: shell script, SGLang --config YAML, JSON"
+    )
+    _add_choice(export)
+    export.add_argument(
+        "--space", type=Path, default=None, help="take the study name (and SGLang) from this space"
+    )
+    export.add_argument("--format", choices=("sh", "yaml", "json"), default="sh")
+    export.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="default: stdout")
+    export.set_defaults(handler=cmd_export)
+
+    confirm = sub.add_parser("confirm", help="relaunch a trial's configuration N times and record each run")
+    _add_choice(confirm)
+    confirm.add_argument("--space", required=True, type=Path, help="the study's search space YAML")
+    confirm.add_argument("--repeats", type=int, default=3)
+    confirm.set_defaults(handler=cmd_confirm)
+
+    report = sub.add_parser("report", help="write a study's tables (CSV) and plots (PNG) to a folder")
+    report.add_argument("--db", default=None)
+    report.add_argument("--study", default=None)
+    report.add_argument("--space", type=Path, default=None, help="take the study name from this space")
+    report.add_argument("--out", type=Path, required=True, help="folder for the CSV and PNG files")
+    report.set_defaults(handler=cmd_report)
+
+
+def _study_arg(args: argparse.Namespace) -> str | None:
+    if args.study is None and getattr(args, "space", None) is not None:
+        from tuner.space.loader import load_space
+        from tuner.store.sql import SqlStore, database_url
+
+        name = load_space(args.space).study_name
+        with SqlStore(database_url(args.db)) as store:
+            return name if name in store.studies() else None
+    study: str | None = args.study
+    return study
+
+
+def _table(version: str, space_path: Path | None) -> Any:
+    """The option table of the trial's SGLang: the installed parser for a real-SGLang space, else built in."""
+    from tuner.sglang.introspect import option_table_for
+    from tuner.sglang.options import builtin_table
+
+    if space_path is not None:
+        from tuner.space.loader import load_space
+
+        space = load_space(space_path)
+        if space.engine.kind == "sglang":
+            return option_table_for(version, space.engine.python or sys.executable)
+    return builtin_table(version)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tuner.report.export import build_profile, select
+    from tuner.report.frame import load_study_data
+    from tuner.report.profile import render
+    from tuner.store.sql import database_url
+
+    data = load_study_data(database_url(args.db), _study_arg(args))
+    if args.trial is None and (args.allow_infeasible and not args.best):
+        raise ConfigError(
+            "--allow-infeasible: expected --trial N with it (--best only picks feasible trials)"
+        )
+    choice = select(
+        data,
+        trial=args.trial,
+        prefer=args.prefer,
+        min_free_mib=args.min_free_mib,
+        allow_infeasible=args.allow_infeasible,
+    )
+    profile = build_profile(data, choice)
+    text = render(profile, args.format, _table(profile.sglang_version, args.space))
+    if choice.reason:
+        print(choice.reason, file=sys.stderr)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    if args.format == "sh":
+        os.chmod(args.output, 0o755)
+    print(
+        f"wrote {args.output} (study {profile.study}, trial {profile.trial}, {args.format})", file=sys.stderr
+    )
+    return 0
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from tuner.cli.display import result_line
+    from tuner.metrics import SPREAD_METRICS
+    from tuner.report.export import build_profile, select
+    from tuner.report.frame import load_study_data
+    from tuner.space.loader import load_space
+    from tuner.store.sql import database_url
+    from tuner.study.confirm import confirm
+
+    space = load_space(args.space)
+    url = database_url(args.db)
+
+    def on_result(i: int, result: Any) -> None:
+        print(f"repeat {i}/{args.repeats}: {result_line(result)}", file=sys.stderr, flush=True)
+
+    run = confirm(
+        space,
+        db_url=url,
+        study=args.study,
+        trial=args.trial,
+        prefer=args.prefer,
+        min_free_mib=args.min_free_mib,
+        repeats=args.repeats,
+        allow_infeasible=args.allow_infeasible,
+        on_result=on_result,
+    )
+    if run.reason:
+        print(run.reason, file=sys.stderr)
+    data = load_study_data(url, run.study)
+    original = next(r for r in data.rows if r.id == run.original_id)
+    profile = build_profile(
+        data,
+        select(data, trial=run.trial, allow_infeasible=True)
+        if run.trial is not None
+        else _as_choice(original),
+    )
+    print(
+        f"study {run.study}, trial {run.trial}: {len(run.row_ids)} repeat(s) recorded "
+        f"({', '.join(o.value for o in run.outcomes) or 'none'}); all measurements of this configuration "
+        f"(original + {profile.n_confirm} repeat(s)):"
+    )
+    for metric in SPREAD_METRICS:
+        spread = profile.confirmations.get(metric)
+        if spread is not None:
+            print(
+                f"  {metric:<18} median {spread.median:>14,.2f}   min {spread.low:>14,.2f}   "
+                f"max {spread.high:>14,.2f}   n={spread.n}"
+            )
+    print(f"export it: python -m tuner export --db {url} --study {run.study} --trial {run.trial} --format sh")
+    if run.interrupted:
+        return 130
+    return 0 if run.all_ok else 1
+
+
+def _as_choice(row: Any) -> Any:
+    from tuner.report.export import Choice
+
+    return Choice(row=row)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tuner.report.detail import failures_frame, param_importances, requests_frame
+    from tuner.report.frame import front_frame, load_study_data, pareto_front, trials_frame
+    from tuner.report.plots import history_plot, latency_plot, metric_vs_param_plot, pareto_plot, save_png
+    from tuner.store.sql import SqlStore, database_url
+
+    url = database_url(args.db)
+    data = load_study_data(url, _study_arg(args))
+    front = pareto_front(data)
+    frame = trials_frame(data, front)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "trials.csv", index=False)
+    front_frame(data, front).to_csv(out / "front.csv", index=False)
+    failures_frame(data.rows).to_csv(out / "failures.csv", index=False)
+    importances = param_importances(data.trials, data.directions, data.metric_names)
+    if importances.note:
+        print(f"importances: {importances.note}", file=sys.stderr)
+    importances.table.to_csv(out / "importances.csv")
+    save_png(pareto_plot(frame, title=f"{data.name}: Pareto front"), out / "pareto.png")
+    save_png(history_plot(frame), out / "history.png")
+    params = frame.attrs.get("params", [])
+    if "mem-fraction-static" in params:
+        save_png(metric_vs_param_plot(frame), out / "mem_fraction.png")
+    with SqlStore(url) as store:
+        rows = [r for n in front if (r := data.row_of(n)) is not None]
+        requests = requests_frame(store, list({r.id: r for r in rows}.values()))
+    if not requests.empty:
+        save_png(latency_plot(requests), out / "latency.png")
+    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
+    return 0

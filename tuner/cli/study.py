@@ -1,0 +1,203 @@
+"""Commands around a study: run, trial, validate, status, studies."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.logging import RichHandler
+
+from tuner.cli.output import duration, gpu_list
+from tuner.config import Phase
+from tuner.errors import ConfigError, FlagError
+from tuner.space.loader import SearchSpace
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add run, trial, validate, status and studies to the command line."""
+    run = sub.add_parser("run", help="run or resume a study (until its trial budget is spent)")
+    run.add_argument("--space", required=True, type=Path, help="search space YAML")
+    run.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
+    run.add_argument("--study", default=None, help="study name (default from the space: NAME-vVERSION)")
+    run.add_argument("--trials", type=int, default=None, help="finished trials wanted in the study")
+    run.add_argument("--timeout", type=duration, default=None, help="wall-time budget, e.g. 8h, 30m")
+    run.add_argument("--plain", action="store_true", help="log lines instead of the live display")
+    run.add_argument(
+        "--gpus", type=gpu_list, default=None, help="this worker's GPUs, e.g. 0,1,2,3 (overrides the space)"
+    )
+    run.set_defaults(handler=cmd_run)
+
+    trial = sub.add_parser("trial", help="launch one configuration, gate and benchmark it, print the result")
+    trial.add_argument("--space", required=True, type=Path)
+    trial.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    trial.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    trial.add_argument(
+        "--gpus", type=gpu_list, default=None, help="GPUs to use, e.g. 0,1 (overrides the space)"
+    )
+    trial.set_defaults(handler=cmd_trial)
+
+    validate = sub.add_parser("validate", help="render and check every choice of a space without launching")
+    validate.add_argument("--space", required=True, type=Path)
+    validate.add_argument("--sglang-version", default=None, help="check against this release's options")
+    validate.set_defaults(handler=cmd_validate)
+
+    status = sub.add_parser("status", help="trials, failures by class and the Pareto front of a study")
+    status.add_argument("--db", default=None)
+    status.add_argument("--study", default=None)
+    status.add_argument("--space", type=Path, default=None, help="take the study name from this space")
+    status.set_defaults(handler=cmd_status)
+
+    studies = sub.add_parser("studies", help="list the studies in a database")
+    studies.add_argument("--db", default=None)
+    studies.set_defaults(handler=cmd_studies)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tuner.cli.display import RunDisplay
+    from tuner.space.loader import load_space
+    from tuner.store.sql import database_url
+    from tuner.study.runner import Hooks, StudyRunner, TrialEvent
+
+    space = _with_gpus(load_space(args.space), args.gpus)
+    runner = StudyRunner(
+        space,
+        db_url=database_url(args.db),
+        study_name=args.study,
+        n_trials=args.trials,
+        timeout_s=args.timeout,
+    )
+    metric_names = [o.metric for o in space.objectives]
+    if args.plain or not sys.stderr.isatty():
+
+        def on_trial(ev: TrialEvent) -> None:
+            measured = ev.outcome.measured
+            pairs = zip(metric_names, ev.values, strict=False)
+            values = " ".join(f"{n}={v:.1f}" for n, v in pairs) if measured else ""
+            reused = f" (reused #{ev.reused_from})" if ev.reused_from is not None else ""
+            head = f"trial {ev.number}: {ev.outcome.value} {values} {ev.duration_s:.1f}s{reused}"
+            print(
+                f"{head} {ev.message[:100]}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        def on_phase(number: int, phase: Phase, detail: str) -> None:
+            print(f"trial {number}: {phase.value} {detail}".rstrip(), file=sys.stderr, flush=True)
+
+        summary = runner.run(Hooks(on_trial=on_trial, on_phase=on_phase))
+    else:
+        with RunDisplay(budget=runner.budget, metric_names=metric_names) as display, _log_to(display.console):
+            summary = runner.run(
+                Hooks(on_trial=display.on_trial, on_phase=display.on_phase, on_start=display.on_start)
+            )
+    print(
+        f"study {summary.study_name}: {summary.completed}/{summary.budget or '∞'} trials finished"
+        f"{' (interrupted; run the same command to resume)' if summary.interrupted else ''}"
+    )
+    from tuner.report.frame import print_status
+
+    print_status(runner.store, summary.study_name, runner.study)
+    return 130 if summary.interrupted else 0
+
+
+def _with_gpus(space: SearchSpace, gpus: tuple[int, ...] | None) -> SearchSpace:
+    """The space with this worker's GPUs (the study stays the same: several workers can split a host)."""
+    return space if gpus is None else replace(space, gpus=gpus)
+
+
+@contextlib.contextmanager
+def _log_to(console: Console) -> Iterator[None]:
+    """Route log records through the live display's console so they print above it, not through it."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers = [RichHandler(console=console, show_path=False, show_time=True, markup=False)]
+    try:
+        yield
+    finally:
+        root.handlers = saved
+
+
+def cmd_trial(args: argparse.Namespace) -> int:
+    from tuner.cli.display import result_line
+    from tuner.cli.output import print_json
+    from tuner.space.loader import config_from_params, load_space, parse_set_overrides
+    from tuner.trial import run_trial, trial_session
+
+    space = _with_gpus(load_space(args.space), args.gpus)
+    params = dict(space.baselines[0]) if space.baselines else {}
+    params.update(parse_set_overrides(space, args.sets))
+    config = config_from_params(space, params)
+    with trial_session(space, progress=not args.json) as ctx:
+        result = run_trial(config, ctx, label="single")
+    if args.json:
+        print_json(result)
+    else:
+        if result.launch is not None:
+            print("launch:", " ".join(result.launch.argv))
+            print("log:   ", result.launch.log_path)
+        print(result_line(result))
+    return 0 if result.ok else 1
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tuner.engine import engine_for
+    from tuner.space.loader import config_from_params, enumerate_choices, load_space
+    from tuner.trial import render_launch
+
+    space = load_space(args.space)
+    engine = engine_for(space, state_root=None, sglang_version=args.sglang_version)
+    version, table = engine.sglang_version, engine.table
+    errors: dict[str, list[dict[str, object]]] = {}
+    count = 0
+    for params in enumerate_choices(space):
+        count += 1
+        try:
+            config = config_from_params(space, params)
+            render_launch(config, space, engine, port=30000, log_path=Path("x.log"))
+        except (FlagError, ConfigError) as exc:
+            errors.setdefault(str(exc), []).append(params)
+    bad = sum(len(v) for v in errors.values())
+    for message, failing in errors.items():
+        print(f"INVALID ({len(failing)} of {count}, e.g. {failing[0]}): {message}")
+    print(
+        f"{count - bad}/{count} configurations of {space.path} render to flags SGLang {version} accepts "
+        f"(option table: {table.source})"
+    )
+    return 2 if bad else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tuner.report.frame import print_status
+    from tuner.store.sql import SqlStore, database_url
+
+    store = SqlStore(database_url(args.db))
+    name = args.study
+    if name is None and args.space is not None:
+        from tuner.space.loader import load_space
+
+        name = load_space(args.space).study_name
+    if name is None:
+        names = store.studies()
+        if len(names) != 1:
+            raise ConfigError(
+                f"--study is needed: the database holds {len(names)} studies ({', '.join(names)})"
+            )
+        name = names[0]
+    print_status(store, name, None)
+    return 0
+
+
+def cmd_studies(args: argparse.Namespace) -> int:
+    from tuner.store.sql import SqlStore, database_url
+
+    store = SqlStore(database_url(args.db))
+    for name in store.studies():
+        rows = store.trials(name)
+        print(f"{name}\t{len(rows)} trials")
+    return 0

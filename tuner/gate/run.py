@@ -1,0 +1,294 @@
+"""The correctness / NaN gate run on a freshly ready server, before the benchmark.
+
+Every prompt is asked once sequentially, then (if all of those passed and no
+NaN was logged) once more in a concurrent burst as large as the largest
+captured CUDA-graph batch (at least 8; see choose_burst_size): NaN from a
+bad attention backend often shows only in batched decode or graph replay.
+Answers are judged by the pure core in gate_checks.py (re-exported here, so
+callers read all of it from `tuner.gate.run`). A server death stops the gate at once.
+
+HTTP is plain httpx over asyncio; `transport` lets tests put a fake server
+behind the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from tuner.gate.checks import (
+    DEFAULT_BURST_SIZE,
+    PRECEDENCE,
+    REASON_MAX_CHARS,
+    GateAnswer,
+    GateResult,
+    GateRound,
+    GateVerdict,
+    Reply,
+    burst_prompts,
+    check_answer,
+    choose_burst_size,
+    one_line,
+    parse_reply,
+    split_think,
+    stopped_verdict,
+    summarize,
+    validate_settings,
+)
+from tuner.gate.settings import GatePrompt, GateSettings
+
+__all__ = [
+    "DEFAULT_BURST_SIZE",
+    "PRECEDENCE",
+    "REASON_MAX_CHARS",
+    "GateAnswer",
+    "GateResult",
+    "GateRound",
+    "GateVerdict",
+    "Reply",
+    "burst_prompts",
+    "check_answer",
+    "choose_burst_size",
+    "gate",
+    "parse_reply",
+    "run_gate",
+    "split_think",
+    "stopped_verdict",
+    "summarize",
+    "validate_settings",
+]
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10.0
+DEATH_POLL_S = 0.05  # how often the gate looks at the server_died event
+
+
+def gate(
+    base_url: str,
+    settings: GateSettings,
+    *,
+    captured_bs: Sequence[int] | None,
+    model: str | None = None,
+    nan_log_lines: Callable[[], Sequence[str]] | None = None,
+    server_died: threading.Event | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> GateResult:
+    """Run the gate from synchronous code (a fresh event loop; not from inside a running one)."""
+    return asyncio.run(
+        run_gate(
+            base_url,
+            settings,
+            captured_bs=captured_bs,
+            model=model,
+            nan_log_lines=nan_log_lines,
+            server_died=server_died,
+            transport=transport,
+        )
+    )
+
+
+async def run_gate(
+    base_url: str,
+    settings: GateSettings,
+    *,
+    captured_bs: Sequence[int] | None,
+    model: str | None = None,
+    nan_log_lines: Callable[[], Sequence[str]] | None = None,
+    server_died: threading.Event | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> GateResult:
+    """Ask every prompt sequentially, then as a burst, and judge the answers.
+
+    `nan_log_lines` returns every NaN line the server's log has shown so far;
+    `server_died` is set by whoever watches the server process.
+    """
+    validate_settings(settings)
+    if not settings.enabled:
+        return GateResult(
+            verdict=GateVerdict.PASSED,
+            reason="gate skipped (disabled in the settings)",
+            duration_s=0.0,
+            model=model,
+        )
+    started = time.perf_counter()
+    run = _Run(settings=settings, burst_size=choose_burst_size(settings, captured_bs), model=model)
+    nan_lines: Callable[[], Sequence[str]] = nan_log_lines or tuple
+    timeout = httpx.Timeout(settings.timeout_s, connect=min(CONNECT_TIMEOUT_S, settings.timeout_s))
+    limits = httpx.Limits(max_connections=run.burst_size, max_keepalive_connections=run.burst_size)
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=timeout, limits=limits, transport=transport, trust_env=False
+    ) as client:
+        work = asyncio.create_task(run.rounds(client, nan_lines))
+        watchers = {work}
+        if server_died is not None:
+            watchers.add(asyncio.create_task(_wait_set(server_died)))
+        done, pending = await asyncio.wait(
+            watchers, timeout=settings.timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        fatal = work.result() if work in done else None
+
+    lines = tuple(nan_lines())
+    reason: str | None
+    answers = tuple(sorted(run.answers, key=lambda a: (a.round is GateRound.BURST, a.index)))
+    if work not in done:
+        died = server_died is not None and server_died.is_set()
+        verdict, reason = stopped_verdict(answers, lines, died=died, timeout_s=settings.timeout_s)
+    elif fatal is not None:
+        verdict, reason = GateVerdict.ERROR, fatal
+    else:
+        verdict, reason = summarize(answers, lines)
+    result = GateResult(
+        verdict=verdict,
+        reason=reason,
+        answers=answers,
+        nan_log_lines=lines,
+        burst_size=run.burst_size if run.burst_started else None,
+        duration_s=time.perf_counter() - started,
+        model=run.model,
+    )
+    log.info(
+        "gate %s in %.1f s: %s",
+        result.verdict.value,
+        result.duration_s,
+        result.reason or "all answers passed",
+    )
+    return result
+
+
+async def _wait_set(event: threading.Event) -> None:
+    # threading.Event has no awaitable wait; a blocking wait in a thread could
+    # outlive the loop, so poll.
+    while not event.is_set():
+        await asyncio.sleep(DEATH_POLL_S)
+
+
+class _Run:
+    """The mutable state of one gate run: answers arrive as requests finish."""
+
+    def __init__(self, *, settings: GateSettings, burst_size: int, model: str | None) -> None:
+        self.settings = settings
+        self.burst_size = burst_size
+        self.model = model
+        self.answers: list[GateAnswer] = []
+        self.burst_started = False
+
+    async def rounds(self, client: httpx.AsyncClient, nan_lines: Callable[[], Sequence[str]]) -> str | None:
+        """Both rounds; returns a reason when the gate could not start at all."""
+        if self.model is None:
+            try:
+                self.model = await _model_id(client)
+            except (httpx.HTTPError, ValueError) as exc:
+                return one_line(f"could not read the model id from /v1/models: {_describe(exc)}")
+        for i, prompt in enumerate(self.settings.prompts):
+            await self._ask(client, prompt, GateRound.SEQUENTIAL, i)
+        if any(a.verdict is not GateVerdict.PASSED for a in self.answers) or nan_lines():
+            return None  # the gate has failed already; on a real model the burst would cost minutes more
+        self.burst_started = True
+        prompts = burst_prompts(self.settings.prompts, self.burst_size)
+        await asyncio.gather(*(self._ask(client, p, GateRound.BURST, i) for i, p in enumerate(prompts)))
+        return None
+
+    async def _ask(
+        self, client: httpx.AsyncClient, prompt: GatePrompt, round_: GateRound, index: int
+    ) -> None:
+        payload = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt.prompt}],
+            "max_tokens": prompt.max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+        where: dict[str, Any] = {"prompt_name": prompt.name, "round": round_, "index": index}
+        t0 = time.perf_counter()
+        try:
+            fields = await _post(client, prompt, payload)
+        except asyncio.CancelledError:
+            stopped: dict[str, Any] = {
+                "text": "",
+                "verdict": GateVerdict.ERROR,
+                "reason": "no answer before the gate stopped",
+            }
+            self.answers.append(GateAnswer(**where, **stopped))
+            raise
+        self.answers.append(GateAnswer(**where, **fields, latency_s=time.perf_counter() - t0))
+
+
+async def _post(client: httpx.AsyncClient, prompt: GatePrompt, payload: dict[str, Any]) -> dict[str, Any]:
+    """One chat completion, judged: the GateAnswer fields it fills."""
+    try:
+        response = await client.post("/v1/chat/completions", json=payload)
+    except httpx.HTTPError as exc:
+        return {"text": "", "verdict": GateVerdict.ERROR, "reason": _describe(exc)}
+    status = response.status_code
+    if not response.is_success:
+        reason = f"HTTP {status}: {_error_text(response)}"
+        return {"text": "", "verdict": GateVerdict.ERROR, "reason": reason, "http_status": status}
+    try:
+        reply = parse_reply(response.json())
+    except ValueError as exc:
+        reason = one_line(f"malformed response: {exc}")
+        return {
+            "verdict": GateVerdict.ERROR,
+            "reason": reason,
+            "http_status": status,
+            "text": response.text[:2000],
+        }
+    verdict, why = check_answer(prompt, reply)
+    return {
+        "text": reply.text,
+        "reasoning_text": reply.reasoning_text,
+        "finish_reason": reply.finish_reason,
+        "completion_tokens": reply.completion_tokens,
+        "verdict": verdict,
+        "reason": why,
+        "http_status": status,
+    }
+
+
+async def _model_id(client: httpx.AsyncClient) -> str:
+    response = await client.get("/v1/models")
+    response.raise_for_status()
+    try:
+        model = response.json()["data"][0]["id"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"no data[0].id in {response.text[:200]!r}") from exc
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"data[0].id is {model!r}")
+    return model
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timeout ({type(exc).__name__})"
+    if isinstance(exc, httpx.ConnectError):
+        return f"connection failed: {exc or 'refused'}"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}: {_error_text(exc.response)}"
+    return one_line(f"{type(exc).__name__}: {exc}")
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return one_line(response.text[:200]) or "(empty body)"
+    if isinstance(body, dict):
+        error = body.get("error")
+        message = (
+            body.get("message")
+            or body.get("detail")
+            or (error.get("message") if isinstance(error, dict) else error)
+        )
+        if message:
+            return one_line(str(message)[:200])
+    return one_line(str(body)[:200])

@@ -1,0 +1,179 @@
+"""Second-level reports: failures with their log excerpts, parameter importances, per-request latencies.
+
+Pure functions over store rows and Optuna FrozenTrials, except `requests_frame`
+(reads the request records of chosen trials). Re-exported by tuner.report.frame.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.report.frame import EXCERPT_LINES, compact_params, failure_class
+from tuner.store.rows import StoredTrial
+from tuner.store.sql import SqlStore
+
+__all__ = [
+    "MIN_IMPORTANCE_TRIALS",
+    "Importances",
+    "failures_by_class",
+    "failures_frame",
+    "param_importances",
+    "requests_frame",
+    "with_latencies",
+]
+
+# ----------------------------------------------------------------------------------- failures
+
+
+def failures_by_class(rows: Sequence[StoredTrial]) -> Counter[str]:
+    """How many recorded trials ended in each failure class (SLO misses as slo_violation)."""
+    return Counter(c for r in rows if r.confirm_of is None and (c := failure_class(r)) is not None)
+
+
+def failures_frame(rows: Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -> pd.DataFrame:
+    """One row per failed or infeasible trial: class, phase, message, exit code, the log's last lines."""
+    records = []
+    for r in rows:
+        failure = failure_class(r)
+        if failure is None:
+            continue
+        excerpt = "\n".join((r.log_excerpt or "").splitlines()[-lines:])
+        records.append(
+            {
+                "trial": r.trial_number,
+                "row_id": r.id,
+                "confirm_of": r.confirm_of,
+                "failure": failure,
+                "phase": r.failure_phase.value if r.failure_phase else None,
+                "message": r.failure_message
+                or ("an SLO constraint was missed" if r.outcome.measured else ""),
+                "exit_code": r.exit_code,
+                "params": compact_params(r.params),
+                "log_excerpt": excerpt,
+                "log_path": r.log_path,
+            }
+        )
+    columns = [
+        "trial",
+        "row_id",
+        "confirm_of",
+        "failure",
+        "phase",
+        "message",
+        "exit_code",
+        "params",
+        "log_excerpt",
+        "log_path",
+    ]
+    return pd.DataFrame.from_records(records, columns=columns)
+
+
+# -------------------------------------------------------------------------------- importances
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Importances:
+    """Parameter importance per objective (rows: params, columns: objectives), or why there is none."""
+
+    table: pd.DataFrame
+    note: str | None = None
+
+
+MIN_IMPORTANCE_TRIALS = 4
+
+
+def param_importances(
+    trials: Sequence[FrozenTrial],
+    directions: Sequence[str],
+    metric_names: Sequence[str],
+    *,
+    feasible_only: bool = False,
+) -> Importances:
+    """Optuna's default evaluator (PED-ANOVA in 5.0) once per objective, through `target=`.
+
+    PED-ANOVA scores what it takes to reach *low* target values, so maximised
+    objectives are negated. Over all COMPLETE trials by default (failures carry
+    pessimistic values, so "what makes it crash" counts); `feasible_only` keeps
+    only trials that met every constraint.
+    """
+    complete = [
+        t
+        for t in trials
+        if t.state is TrialState.COMPLETE
+        and t.values is not None
+        and (not feasible_only or all(v <= 0 for v in t.constraints.values()))
+    ]
+    varied = {n for t in complete for n in t.params if len({repr(u.params.get(n)) for u in complete}) > 1}
+    if len(complete) < MIN_IMPORTANCE_TRIALS or not varied:
+        note = (
+            f"parameter importance needs at least {MIN_IMPORTANCE_TRIALS} complete trials with a varied "
+            f"parameter (got {len(complete)} complete, {len(varied)} varied parameter(s))"
+        )
+        return Importances(table=pd.DataFrame(), note=note)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory" line
+    try:
+        study = optuna.create_study(directions=[optuna.study.StudyDirection[d.upper()] for d in directions])
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    study.add_trials(complete)
+    columns: dict[str, dict[str, float]] = {}
+    notes = []
+    for i, (metric, direction) in enumerate(zip(metric_names, directions, strict=False)):
+        sign = -1.0 if direction == "maximize" else 1.0
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                columns[metric] = optuna.importance.get_param_importances(study, target=_target(i, sign))
+        except (ValueError, RuntimeError, ZeroDivisionError) as exc:
+            notes.append(f"{metric}: {exc}")
+    table = pd.DataFrame(columns).fillna(0.0)
+    if not table.empty:
+        table = table.sort_values(list(table.columns)[0], ascending=False)
+    return Importances(table=table, note="; ".join(notes) or None)
+
+
+def _target(index: int, sign: float) -> Callable[[FrozenTrial], float]:
+    def target(trial: FrozenTrial) -> float:
+        return sign * float(trial.values[index])
+
+    return target
+
+
+# ------------------------------------------------------------------------------------ requests
+
+
+def requests_frame(store: SqlStore, rows: Sequence[StoredTrial]) -> pd.DataFrame:
+    """Every request record of the given trials, with trial, row_id and ttft_ms / tpot_ms / e2e_ms."""
+    frames = []
+    for row in rows:
+        frame = store.requests(row.id)
+        if frame.empty:
+            continue
+        frames.append(with_latencies(frame).assign(trial=row.trial_number, row_id=row.id))
+    if not frames:
+        return pd.DataFrame(columns=["trial", "row_id", "point_label", "ttft_ms", "tpot_ms", "e2e_ms"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def with_latencies(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add ttft_ms = t_first − t_sent, e2e_ms = t_end − t_sent, tpot_ms = (e2e − ttft)/(out − 1) (out > 1)."""
+    out = frame.copy()
+    if not {"t_sent_s", "t_first_s", "t_end_s", "output_tokens"} <= set(out.columns):
+        return out
+    sent = pd.to_numeric(out["t_sent_s"], errors="coerce")
+    ttft = (pd.to_numeric(out["t_first_s"], errors="coerce") - sent) * 1000.0
+    e2e = (pd.to_numeric(out["t_end_s"], errors="coerce") - sent) * 1000.0
+    tokens = pd.to_numeric(out["output_tokens"], errors="coerce")
+    tpot = (e2e - ttft) / (tokens - 1)
+    out["ttft_ms"] = ttft
+    out["e2e_ms"] = e2e
+    out["tpot_ms"] = tpot.where(tokens > 1)
+    return out

@@ -1,0 +1,282 @@
+"""Launch profiles: pick a trial (by number, or from the feasible Pareto front by a preference) and
+describe it as a `Profile` (knobs, exact argv, measurements with their spread, provenance).
+
+Pure functions over `tuner.report.frame.StudyData`; rendering to a shell script,
+an SGLang `--config` YAML or JSON is in tuner.report.profile, reading the
+database in tuner.report.frame.load_study_data and the CLI.
+
+`--best` preferences, among feasible Pareto-front trials whose lowest free
+VRAM during the run was at least `min_free_mib`:
+
+- throughput: the highest output throughput (ties: more KV-cache tokens);
+- kv: the most KV-cache tokens (ties: higher output throughput);
+- balanced: the point closest to the utopia point. Output throughput and KV
+  tokens are each divided by the best value among the candidates (1 = the
+  best, 0.8 = 20 % short of it), and the candidate with the smallest
+  Euclidean distance to (1, 1) wins (ties: higher throughput). Scaling by
+  the best rather than min–max keeps a two-point front from tying: what
+  counts is the relative loss on each axis.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from tuner.errors import ConfigError
+from tuner.metrics import SPREAD_METRICS
+from tuner.report.frame import StudyData, compact_params, measurements, pareto_front
+from tuner.store.rows import StoredTrial
+
+__all__ = [
+    "PREFERENCES",
+    "Choice",
+    "Profile",
+    "ProfileError",
+    "Spread",
+    "build_profile",
+    "choose_best",
+    "select",
+    "spreads",
+]
+
+PREFERENCES = ("throughput", "kv", "balanced")
+
+
+class ProfileError(ConfigError):
+    """The trial asked for cannot be exported or confirmed (unknown, failed, infeasible, none left)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Spread:
+    """median, min and max of one metric over n measurements of one configuration."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def rel_range(self) -> float | None:
+        """(max − min) / median; None when the median is 0."""
+        return (self.high - self.low) / self.median if self.median else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Choice:
+    """The row chosen for export or confirmation and, for --best, why (one line)."""
+
+    row: StoredTrial
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Profile:
+    """One trial's launch, measurements and provenance: what every export format is rendered from."""
+
+    study: str
+    trial: int | None
+    row_id: int
+    config_hash: str
+    feasible: bool
+    outcome: str
+    params: dict[str, Any]
+    config: dict[str, Any]
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    host: str | None
+    port: int | None
+    gpus: tuple[int, ...]
+    sglang_version: str
+    gpu_names: tuple[str, ...]
+    driver: str
+    measured: dict[str, float | None]
+    gate_verdict: str | None
+    gate_reason: str | None
+    measured_at: datetime
+    exported_at: datetime
+    confirmations: dict[str, Spread] = field(default_factory=dict)
+    n_confirm: int = 0
+    failed_confirms: tuple[str, ...] = ()
+    reason: str = ""
+
+
+# ------------------------------------------------------------------------------------ choosing
+
+
+def _trial_numbers(data: StudyData) -> list[int]:
+    return sorted(
+        {r.trial_number for r in data.rows if r.trial_number is not None and r.confirm_of is None}
+        | {t.number for t in data.trials}
+    )
+
+
+def select(
+    data: StudyData,
+    *,
+    trial: int | None = None,
+    prefer: str = "balanced",
+    min_free_mib: int | None = None,
+    allow_infeasible: bool = False,
+) -> Choice:
+    """Trial `trial`, or with None the best of the feasible Pareto front by `prefer`; ProfileError if none."""
+    if trial is None:
+        return choose_best(data, prefer=prefer, min_free_mib=min_free_mib)
+    row = data.row_of(trial)
+    if row is None:
+        known = _trial_numbers(data)
+        raise ProfileError(
+            f"trial {trial}: no recorded measurement in study {data.name!r} "
+            f"(expected one of {_ranges(known) or 'none'})"
+        )
+    if row.argv is None:
+        raise ProfileError(
+            f"trial {trial} of study {data.name!r}: never launched ({row.outcome.value}: "
+            f"{row.failure_message or 'no launch command'}); expected a trial with a recorded launch"
+        )
+    if not row.feasible and not allow_infeasible:
+        why = row.outcome.value if not row.outcome.measured else "missed an SLO constraint"
+        raise ProfileError(
+            f"trial {trial} of study {data.name!r} is not feasible ({why}); expected a feasible trial "
+            f"(pass --allow-infeasible to export it anyway)"
+        )
+    reused = next((t.user_attrs.get("dedup_of") for t in data.trials if t.number == trial), None)
+    note = f"trial {trial} reused the measurement of trial {reused}" if isinstance(reused, int) else ""
+    return Choice(row=row, reason=note)
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    if len(numbers) > 12:
+        return f"{numbers[0]}–{numbers[-1]}"
+    return ", ".join(str(n) for n in numbers)
+
+
+def choose_best(data: StudyData, *, prefer: str = "balanced", min_free_mib: int | None = None) -> Choice:
+    """The feasible Pareto-front trial the preference favours (see the module docstring)."""
+    if prefer not in PREFERENCES:
+        raise ProfileError(f"--prefer: expected one of {', '.join(PREFERENCES)} (got {prefer!r})")
+    front = pareto_front(data)
+    if not front:
+        counts = {r.outcome.value for r in data.rows if r.confirm_of is None}
+        raise ProfileError(
+            f"study {data.name!r}: no feasible trial to export (expected at least one; "
+            f"{len(data.rows)} recorded, outcomes: {', '.join(sorted(counts)) or 'none'})"
+        )
+    # one candidate per measurement: a reused result and its original are the same launch
+    rows: dict[int, tuple[int, StoredTrial]] = {}
+    for number in front:
+        row = data.row_of(number)
+        if row is not None and row.id not in rows:
+            rows[row.id] = (number, row)
+    candidates = list(rows.values())
+    if min_free_mib is not None:
+        kept = [
+            (n, r) for n, r in candidates if r.min_free_mib is not None and r.min_free_mib >= min_free_mib
+        ]
+        if not kept:
+            best_free = max(
+                (r.min_free_mib for _, r in candidates if r.min_free_mib is not None), default=None
+            )
+            raise ProfileError(
+                f"--min-free-vram {min_free_mib}: no Pareto-front trial of study {data.name!r} kept that "
+                f"much GPU memory free (expected ≥ {min_free_mib} MiB; the most any kept: {best_free} MiB)"
+            )
+        candidates = kept
+    scored = [(n, r, measurements(r)) for n, r in candidates]
+    tput = {n: m.get("output_throughput") or 0.0 for n, _, m in scored}
+    kv = {n: m.get("kv_tokens") or 0.0 for n, _, m in scored}
+    if prefer == "throughput":
+        number = max(tput, key=lambda n: (tput[n], kv[n]))
+        why = f"highest output throughput {tput[number]:,.1f} tok/s"
+    elif prefer == "kv":
+        number = max(kv, key=lambda n: (kv[n], tput[n]))
+        why = f"most KV-cache tokens {kv[number]:,.0f}"
+    else:
+        dist = utopia_distances(tput, kv)
+        number = min(dist, key=lambda n: (dist[n], -tput[n]))
+        why = f"closest to the utopia point (normalised distance {dist[number]:.3f})"
+    row = dict(candidates)[number]
+    vram = f", min free VRAM {row.min_free_mib:,} MiB ≥ {min_free_mib:,}" if min_free_mib is not None else ""
+    reason = (
+        f"chose trial {number} among {len(candidates)} feasible Pareto-front trial(s) "
+        f"(prefer={prefer}: {why}; "
+        f"{tput[number]:,.1f} tok/s, {kv[number]:,.0f} KV tokens{vram})"
+    )
+    return Choice(row=row, reason=reason)
+
+
+def utopia_distances(first: Mapping[int, float], second: Mapping[int, float]) -> dict[int, float]:
+    """Distance of each candidate to (1, 1) once each metric is divided by its best value."""
+
+    def scaled(values: Mapping[int, float]) -> dict[int, float]:
+        high = max(values.values())
+        return {k: v / high if high > 0 else 1.0 for k, v in values.items()}
+
+    a, b = scaled(first), scaled(second)
+    return {k: math.hypot(1.0 - a[k], 1.0 - b[k]) for k in first}
+
+
+# ------------------------------------------------------------------------------------ profile
+
+
+def spreads(rows: Sequence[StoredTrial], metrics: Sequence[str] = SPREAD_METRICS) -> dict[str, Spread]:
+    """Median and min–max of each metric over the successful measurements among `rows`."""
+    out: dict[str, Spread] = {}
+    measured = [measurements(r) for r in rows if r.outcome.measured]
+    for metric in metrics:
+        values = [v for m in measured if (v := m.get(metric)) is not None]
+        if values:
+            out[metric] = Spread(
+                median=statistics.median(values), low=min(values), high=max(values), n=len(values)
+            )
+    return out
+
+
+def build_profile(data: StudyData, choice: Choice, *, now: datetime | None = None) -> Profile:
+    """The Profile of the chosen row; with re-validations, the spread over original + repeats."""
+    row = choice.row
+    if row.argv is None:
+        raise ProfileError(f"trial {row.trial_number} of study {data.name!r}: no launch command was recorded")
+    repeats = data.confirmations(row.id)
+    launch = row.launch or {}
+    gpus = tuple(int(g) for g in launch.get("gpus") or ())
+    drivers = sorted({str(g.get("driver")) for g in row.gpus if g.get("driver")})
+    number = row.trial_number
+    if number is None:  # a re-validation row chosen directly: describe its original
+        number = next((r.trial_number for r in data.rows if r.id == row.confirm_of), None)
+    return Profile(
+        study=data.name,
+        trial=number,
+        row_id=row.id,
+        config_hash=row.config_hash,
+        feasible=row.feasible,
+        outcome=row.outcome.value,
+        params=dict(row.params),
+        config=dict(row.config),
+        argv=tuple(row.argv),
+        env=dict(row.env or {}),
+        host=launch.get("host"),
+        port=launch.get("port"),
+        gpus=gpus,
+        sglang_version=row.sglang_version,
+        gpu_names=tuple(str(g.get("name", "?")) for g in row.gpus),
+        driver=", ".join(drivers),
+        measured=measurements(row),
+        gate_verdict=row.gate_verdict,
+        gate_reason=row.gate_reason,
+        measured_at=row.finished_at,
+        exported_at=now or datetime.now(timezone.utc),
+        confirmations=spreads((row, *repeats)) if repeats else {},
+        n_confirm=len(repeats),
+        failed_confirms=tuple(r.outcome.value for r in repeats if not r.outcome.measured),
+        reason=choice.reason,
+    )
+
+
+def knob_line(profile: Profile) -> str:
+    """The knobs as `name=value` pairs (full names)."""
+    return compact_params(profile.params, {k: k for k in profile.params})

@@ -1,0 +1,425 @@
+"""Reports over a study: trials as a DataFrame, the Pareto front and its cross-check, the status table.
+
+The core is pure functions over `StudyData` (the store's rows plus Optuna's
+FrozenTrials of one study); `load_study_data` and `requests_frame` are the
+only functions that read the database. Plots live in tuner.report.plots, the
+status table in tuner.report.status, failures, importances and request
+latencies in tuner.report.detail.
+
+Two sources, cross-checked: the Pareto front is computed from the tuner's own
+rows (feasibility and measured metrics as recorded) and compared with
+Optuna's `study.best_trials` (constraints honoured, reference optuna.md §3).
+If they disagree, the records contradict each other and `pareto_front`
+raises `ReportError` rather than show a front that one of them denies.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.config import Outcome
+from tuner.errors import ConfigError, StoreError, TunerError
+from tuner.metrics import METRICS
+from tuner.store.codec import finite
+from tuner.store.rows import StoredTrial
+from tuner.store.sql import SqlStore, mask_url, optuna_storage_kwargs
+
+__all__ = [
+    "ReportError",
+    "StudyData",
+    "compact_params",
+    "front_frame",
+    "load_study_data",
+    "measurements",
+    "pareto_front",
+    "pareto_numbers",
+    "print_status",
+    "resolve_study",
+    "trials_frame",
+]
+
+log = logging.getLogger(__name__)
+
+MEASURED = tuple(METRICS)
+EXCERPT_LINES = 12
+
+
+class ReportError(TunerError):
+    """A study cannot be summarised: unknown, empty, or its records contradict each other."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StudyData:
+    """Everything the reports read about one study: the tuner's rows and Optuna's trials."""
+
+    name: str
+    url: str
+    rows: tuple[StoredTrial, ...]
+    trials: tuple[FrozenTrial, ...] = ()
+    metric_names: tuple[str, ...] = ("output_throughput", "kv_tokens")
+    directions: tuple[str, ...] = ("maximize", "maximize")
+    best_numbers: tuple[int, ...] | None = None  # Optuna's best_trials; None without an Optuna study
+
+    def row_of(self, number: int) -> StoredTrial | None:
+        """The recorded measurement of Optuna trial `number` (a reused result maps to its original)."""
+        by_number = {
+            r.trial_number: r for r in self.rows if r.confirm_of is None and r.trial_number is not None
+        }
+        if number in by_number:
+            return by_number[number]
+        for t in self.trials:
+            if t.number == number and isinstance(t.user_attrs.get("dedup_of"), int):
+                return by_number.get(t.user_attrs["dedup_of"])
+        return None
+
+    def confirmations(self, row_id: int) -> tuple[StoredTrial, ...]:
+        """The re-validation measurements recorded for the row `row_id`."""
+        return tuple(r for r in self.rows if r.confirm_of == row_id)
+
+
+# ------------------------------------------------------------------------------------- loading
+
+
+def resolve_study(store: SqlStore, name: str | None) -> str:
+    """`name` if the database has it; with None, the database's only study; else ConfigError."""
+    names = store.studies()
+    if name is None:
+        if len(names) == 1:
+            return names[0]
+        listed = ", ".join(names) or "none"
+        raise ConfigError(
+            f"--study: expected one of the studies in {mask_url(store.url)} (found {len(names)}: {listed})"
+        )
+    if name not in names:
+        listed = ", ".join(names) or "none"
+        raise ConfigError(f"study {name!r}: not in {mask_url(store.url)} (studies there: {listed})")
+    return name
+
+
+def load_study_data(url: str, study: str | None = None) -> StudyData:
+    """Read one study's rows and Optuna trials (the I/O edge of the reports)."""
+    with SqlStore(url) as store:
+        name = resolve_study(store, study)
+        rows = store.trials(name)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=optuna_storage_kwargs(url))
+            loaded = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        log.warning("study %r has tuner rows but no Optuna study in %s", name, mask_url(url))
+        return StudyData(name=name, url=url, rows=rows)
+    except Exception as exc:  # Optuna wraps database errors in many types
+        raise StoreError(
+            f"experiments database {mask_url(url)}: cannot read Optuna study {name!r}: {exc}"
+        ) from exc
+    trials = tuple(loaded.get_trials(deepcopy=False))
+    directions = tuple(d.name.lower() for d in loaded.directions)
+    names = tuple(loaded.metric_names or [f"objective_{i}" for i in range(len(directions))])
+    best = (
+        tuple(sorted(t.number for t in loaded.best_trials)) if len(directions) > 1 else _single_best(loaded)
+    )
+    storage.remove_session()
+    return StudyData(
+        name=name,
+        url=url,
+        rows=rows,
+        trials=trials,
+        metric_names=names,
+        directions=directions,
+        best_numbers=best,
+    )
+
+
+def _single_best(study: optuna.Study) -> tuple[int, ...]:
+    try:
+        return (study.best_trial.number,)
+    except ValueError:  # no feasible complete trial yet
+        return ()
+
+
+# ---------------------------------------------------------------------------------- measurements
+
+
+def measurements(row: StoredTrial) -> dict[str, float | None]:
+    """Every metric of a recorded trial (None where it was not measured)."""
+    out: dict[str, float | None] = dict.fromkeys(MEASURED)
+    for name in MEASURED:
+        out[name] = finite(row.metrics.get(name)) if row.metrics else None
+    out["kv_tokens"] = finite(row.kv_tokens)
+    out["min_free_vram_mib"] = finite(row.min_free_mib)
+    return out
+
+
+def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
+    """feasible | infeasible (ran, missed an SLO) | failed (crash, OOM, gate, ...) | an Optuna state."""
+    if row is None:
+        if trial is not None and trial.state is not TrialState.COMPLETE:
+            return trial.state.name.lower()
+        return "unrecorded"
+    if not row.outcome.measured:
+        return "failed"
+    return "feasible" if row.feasible else "infeasible"
+
+
+# ------------------------------------------------------------------------------------ params
+
+
+def _short_names(names: Iterable[str]) -> dict[str, str]:
+    """The first word of each param name where that is unambiguous, else the whole name."""
+    names = list(names)
+    first = {n: n.replace("_", "-").split("-")[0] for n in names}
+    counts = Counter(first.values())
+    return {n: (first[n] if counts[first[n]] == 1 else n) for n in names}
+
+
+def _show_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    text = str(value)
+    head, colon, items = text.rpartition(":") if ":" in text else ("", "", text)
+    parts = items.split(",")
+    if len(parts) > 4:  # a CUDA-graph batch list: first..last(count)
+        return f"{head}{colon}{parts[0]}..{parts[-1]}({len(parts)})"
+    return text
+
+
+def compact_params(params: Mapping[str, Any], short: Mapping[str, str] | None = None) -> str:
+    """`mem=0.65 cuda=max:8 chunked=4096`: a trial's knobs in one short line."""
+    short = short or _short_names(params)
+    return " ".join(f"{short.get(k, k)}={_show_value(v)}" for k, v in params.items())
+
+
+def param_legend(names: Iterable[str]) -> str:
+    """`mem = mem-fraction-static, ...` for the short names that differ from the param name."""
+    short = _short_names(names)
+    return ", ".join(f"{s} = {n}" for n, s in short.items() if s != n)
+
+
+# ------------------------------------------------------------------------------------ frames
+
+
+_BASE_COLUMNS = (
+    "trial",
+    "row_id",
+    "state",
+    "status",
+    "outcome",
+    "failure",
+    "phase",
+    "feasible",
+    "pareto",
+    "reused_from",
+    "knobs",
+)
+_TAIL_COLUMNS = (
+    "startup_s",
+    "n_confirm",
+    "sglang_version",
+    "config_hash",
+    "started_at",
+    "duration_s",
+    "failure_message",
+    "log_path",
+)
+
+
+def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.DataFrame:
+    """One row per trial: status, failure class, feasibility, Pareto flag, knobs (one column each), metrics.
+
+    With Optuna trials, every Optuna trial is a row (a reused result shows the
+    original's measurement and `reused_from`); without, every recorded trial.
+    Re-validation rows (confirm_of) are not trials; `n_confirm` counts them.
+    """
+    front_set = set(front) if front is not None else set(data.best_numbers or ())
+    param_names = _param_names(data)
+    short = _short_names(param_names)
+    items: list[tuple[int | None, StoredTrial | None, FrozenTrial | None]]
+    if data.trials:
+        items = [(t.number, data.row_of(t.number), t) for t in data.trials]
+    else:
+        items = [(r.trial_number, r, None) for r in data.rows if r.confirm_of is None]
+    records = []
+    for number, row, trial in items:
+        params = dict(trial.params) if trial is not None else dict(row.params if row else {})
+        if row is not None and not params:
+            params = dict(row.params)
+        reused = trial.user_attrs.get("dedup_of") if trial is not None else None
+        rec: dict[str, Any] = {
+            "trial": number,
+            "row_id": row.id if row else None,
+            "state": trial.state.name if trial is not None else "RECORDED",
+            "status": status_of(row, trial),
+            "outcome": row.outcome.value if row else (trial.user_attrs.get("outcome") if trial else None),
+            "failure": failure_class(row),
+            "phase": row.failure_phase.value if row and row.failure_phase else None,
+            "feasible": bool(row.feasible) if row else False,
+            "pareto": number in front_set,
+            "reused_from": reused if isinstance(reused, int) else None,
+            "knobs": compact_params({k: params.get(k) for k in param_names if k in params}, short),
+        }
+        for name in param_names:
+            column = name if name not in _BASE_COLUMNS and name not in MEASURED else f"param:{name}"
+            rec[column] = params.get(name)
+        rec.update(measurements(row) if row else dict.fromkeys(MEASURED))
+        rec.update(
+            {
+                "startup_s": row.startup_s if row else None,
+                "n_confirm": len(data.confirmations(row.id)) if row else 0,
+                "sglang_version": row.sglang_version if row else None,
+                "config_hash": row.config_hash
+                if row
+                else trial.user_attrs.get("cfg_hash")
+                if trial
+                else None,
+                "started_at": row.started_at if row else None,
+                "duration_s": (row.finished_at - row.started_at).total_seconds() if row else None,
+                "failure_message": row.failure_message if row else None,
+                "log_path": row.log_path if row else None,
+            }
+        )
+        records.append(rec)
+    if not records:
+        return pd.DataFrame(columns=[*_BASE_COLUMNS, *param_names, *MEASURED, *_TAIL_COLUMNS])
+    frame = pd.DataFrame.from_records(records)
+    frame.attrs["params"] = list(param_names)
+    frame.attrs["metric_names"] = list(data.metric_names)
+    frame.attrs["directions"] = list(data.directions)
+    return frame
+
+
+def _param_names(data: StudyData) -> list[str]:
+    names: dict[str, None] = {}
+    for t in data.trials:
+        names.update(dict.fromkeys(t.params))
+    for r in data.rows:
+        names.update(dict.fromkeys(r.params))
+    return list(names)
+
+
+def failure_class(row: StoredTrial | None) -> str | None:
+    """The outcome of a failed trial, slo_violation for one that ran but missed a constraint, else None."""
+    if row is None:
+        return None
+    if not row.outcome.measured:
+        return str(row.outcome.value)
+    return None if row.feasible else str(Outcome.SLO_VIOLATION.value)
+
+
+def front_frame(data: StudyData, front: Sequence[int] | None = None) -> pd.DataFrame:
+    """The Pareto front as a table: trial, knobs and the objectives first, best first on objective 0."""
+    numbers = pareto_front(data) if front is None else tuple(front)
+    frame = trials_frame(data, numbers)
+    frame = frame[frame["trial"].isin(numbers)]
+    objectives = [m for m in data.metric_names if m in frame.columns]
+    first = ["trial", "knobs", *objectives]
+    rest = [
+        c
+        for c in (
+            "kv_tokens",
+            "output_throughput",
+            "total_throughput",
+            "ttft_p99_ms",
+            "tpot_p99_ms",
+            "min_free_vram_mib",
+            "n_confirm",
+        )
+        if c not in first
+    ]
+    ascending = bool(data.directions and data.directions[0] == "minimize")
+    if objectives:
+        frame = frame.sort_values(objectives[0], ascending=ascending)
+    return frame[[*first, *rest, *frame.attrs.get("params", [])]].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------ Pareto
+
+
+def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
+    """a is at least as good as b everywhere and better somewhere (signs: +1 maximise, -1 minimise)."""
+    better = False
+    for x, y, s in zip(a, b, signs, strict=False):
+        if s * x < s * y:
+            return False
+        if s * x > s * y:
+            better = True
+    return better
+
+
+def non_dominated(points: Mapping[int, Sequence[float]], directions: Sequence[str]) -> tuple[int, ...]:
+    """Keys of the points no other point dominates (equal points are all kept, as Optuna does)."""
+    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
+    return tuple(
+        sorted(
+            k
+            for k, p in points.items()
+            if not any(_dominates(q, p, signs) for j, q in points.items() if j != k)
+        )
+    )
+
+
+def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
+    """Trial numbers on the Pareto front of the study's objectives among feasible trials.
+
+    Computed from the tuner's rows (recorded feasibility and metrics; a reused
+    result counts with its original's numbers) and compared with Optuna's
+    best_trials. Disagreement raises ReportError (strict) or is logged as an error.
+    """
+    points: dict[int, tuple[float, ...]] = {}
+    numbers = (
+        [t.number for t in data.trials if t.state is TrialState.COMPLETE]
+        if data.trials
+        else [r.trial_number for r in data.rows if r.confirm_of is None and r.trial_number is not None]
+    )
+    missing = []
+    for number in numbers:
+        row = data.row_of(number)
+        if row is None:
+            missing.append(number)
+            continue
+        if not row.feasible:
+            continue
+        values = measurements(row)
+        point = tuple(values.get(m) for m in data.metric_names)
+        if any(v is None for v in point):
+            missing.append(number)
+            continue
+        points[number] = point  # type: ignore[assignment]  # None excluded above
+    ours = non_dominated(points, data.directions)
+    theirs = data.best_numbers
+    if theirs is not None and tuple(sorted(theirs)) != ours:
+        detail = f"; trials without a usable record: {missing}" if missing else ""
+        message = (
+            f"study {data.name!r}: the Pareto front from the tuner's records is trials {list(ours)}, "
+            f"Optuna's best_trials is {list(theirs)} (objectives {', '.join(data.metric_names)}){detail}; "
+            f"the experiments database contradicts itself"
+        )
+        if strict:
+            raise ReportError(message)
+        log.error("%s", message)
+    return ours
+
+
+def pareto_numbers(study: optuna.Study) -> list[int]:
+    """Optuna's Pareto front among feasible COMPLETE trials (its constraints honoured)."""
+    return sorted(t.number for t in study.best_trials)
+
+
+def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, console: Any = None) -> None:
+    """Trials, failures by class and the Pareto front, as rich tables (see tuner.report.status)."""
+    from tuner.report.status import print_status as _print
+
+    _print(store, study_name, study, console)

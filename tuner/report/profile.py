@@ -1,0 +1,289 @@
+"""A Profile as text: a runnable shell script, an SGLang `--config` YAML, JSON (pure functions).
+
+Secrets never leave: the store already redacts them, and every renderer
+redacts argv and environment again. A redacted value becomes a reference to
+an environment variable the user must set (`"${SGLANG_API_KEY:?...}"`) in
+the script, and is left out of the YAML (keep it on the command line).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from tuner.errors import FlagError
+from tuner.report.export import Profile, ProfileError, Spread, knob_line
+from tuner.sglang.flags import config_yaml
+from tuner.sglang.options import OptionTable
+from tuner.store.codec import REDACTED, is_secret_env, is_secret_flag, redact_argv, redact_env, to_jsonable
+
+__all__ = ["FORMATS", "launch_flags", "render", "render_json", "render_sh", "render_yaml", "split_launcher"]
+
+FORMATS = ("sh", "yaml", "json")
+_ADDRESS = ("--host", "--port")
+_SAFE_DEFAULT = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
+_METRIC_LINES = (
+    ("kv_tokens", "KV-cache tokens", "{:,.0f}"),
+    ("output_throughput", "output throughput", "{:,.1f} tok/s"),
+    ("total_throughput", "total throughput", "{:,.1f} tok/s"),
+    ("ttft_p99_ms", "TTFT p99", "{:,.1f} ms"),
+    ("tpot_p99_ms", "TPOT p99", "{:,.2f} ms"),
+    ("min_free_vram_mib", "min free VRAM", "{:,.0f} MiB"),
+)
+
+
+def split_launcher(argv: Sequence[str], table: OptionTable) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(launcher, SGLang flags): the flags start at the first `--option` that `table`'s release knows."""
+    for i, token in enumerate(argv):
+        if not token.startswith("--"):
+            continue
+        flag = token.split("=", 1)[0]
+        if table.find(flag) is not None or len([f for f in table.flags() if f.startswith(flag)]) == 1:
+            return tuple(argv[:i]), tuple(argv[i:])
+    raise ProfileError(
+        f"launch command {' '.join(argv[:4])} ...: expected SGLang {table.version} options after "
+        f"the launcher "
+        f"(found none this release knows)"
+    )
+
+
+def launch_flags(profile: Profile, table: OptionTable, *, address: bool = True) -> tuple[str, ...]:
+    """The trial's SGLang flags (redacted), with or without --host/--port."""
+    _, flags = split_launcher(redact_argv(profile.argv), table)
+    return flags if address else _drop_address(flags)
+
+
+def _drop_address(flags: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    skip = False
+    for token in flags:
+        if skip and not token.startswith("--"):
+            continue
+        skip = token.split("=", 1)[0] in _ADDRESS
+        if not skip:
+            out.append(token)
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------- comments
+
+
+def _gpu_line(profile: Profile) -> str:
+    if not profile.gpu_names:
+        return "GPUs: not recorded"
+    counts = Counter(profile.gpu_names)
+    names = ", ".join(f"{n} x {name}" for name, n in counts.items())
+    driver = f" (driver {profile.driver})" if profile.driver else ""
+    visible = f", CUDA_VISIBLE_DEVICES={','.join(map(str, profile.gpus))}" if profile.gpus else ""
+    return f"GPUs: {names}{driver}{visible}"
+
+
+def _spread_text(spread: Spread, fmt: str) -> str:
+    low, high = fmt.format(spread.low), fmt.format(spread.high)
+    return f"median {fmt.format(spread.median)} (min {low}, max {high}, n={spread.n})"
+
+
+def provenance(profile: Profile) -> list[str]:
+    """The comment lines every text format starts with: where the profile comes from and what it measured."""
+    trial = f"trial {profile.trial}" if profile.trial is not None else "an unnumbered run"
+    lines = [
+        f"SGLang launch profile: study {profile.study}, {trial} (row {profile.row_id}, "
+        f"config hash {profile.config_hash})",
+        f"measured {profile.measured_at.strftime('%Y-%m-%d %H:%M UTC')}; exported "
+        f"{profile.exported_at.strftime('%Y-%m-%d %H:%M UTC')}",
+        f"SGLang {profile.sglang_version}; {_gpu_line(profile)}",
+        f"outcome {profile.outcome}{'' if profile.feasible else ' (NOT feasible)'}; gate "
+        f"{profile.gate_verdict or 'not run'}" + (f": {profile.gate_reason}" if profile.gate_reason else ""),
+        f"knobs: {knob_line(profile)}",
+    ]
+    measured = [
+        f"{label} {fmt.format(v)}"
+        for key, label, fmt in _METRIC_LINES
+        if (v := profile.measured.get(key)) is not None
+    ]
+    lines.append("measured: " + ("; ".join(measured) if measured else "nothing (the trial did not run)"))
+    if profile.n_confirm:
+        failed = (
+            f"; {len(profile.failed_confirms)} failed: {', '.join(profile.failed_confirms)}"
+            if profile.failed_confirms
+            else ""
+        )
+        lines.append(f"re-validated: original + {profile.n_confirm} repeat(s){failed}")
+        for key, label, fmt in _METRIC_LINES:
+            if key in profile.confirmations:
+                lines.append(f"  {label}: {_spread_text(profile.confirmations[key], fmt)}")
+    if profile.reason:
+        lines.append(profile.reason)
+    return lines
+
+
+def _comment(lines: Sequence[str]) -> str:
+    return "".join(f"# {line}\n" if line else "#\n" for line in lines)
+
+
+# ------------------------------------------------------------------------------------- shell
+
+
+def _secret_var(name: str) -> str:
+    var = re.sub(r"[^A-Za-z0-9]+", "_", name.lstrip("-")).upper().strip("_")
+    return var if var.startswith("SGLANG_") else f"SGLANG_{var}"
+
+
+def _word(token: str) -> str:
+    return shlex.quote(token)
+
+
+def _flag_lines(flags: Sequence[str]) -> list[str]:
+    """One line per option with its values; secrets and the address become variables."""
+    groups: list[list[str]] = []
+    for token in flags:
+        if token.startswith("--") or not groups:
+            groups.append([token])
+        else:
+            groups[-1].append(token)
+    lines = []
+    for group in groups:
+        flag, values = group[0], group[1:]
+        name = flag.split("=", 1)[0]
+        if is_secret_flag(name):
+            var = _secret_var(name)
+            ref = f'"${{{var}:?set {var}: the trial used a secret that is never exported}}"'
+            lines.append(f"{name}={ref}" if "=" in flag else f"{_word(flag)} {ref}")
+            continue
+        if name in _ADDRESS and len(values) == 1 and _SAFE_DEFAULT.match(values[0]):
+            var = name.lstrip("-").upper()
+            lines.append(f'{name} "${{{var}:-{values[0]}}}"')
+            continue
+        lines.append(" ".join(_word(t) for t in group))
+    return lines
+
+
+def render_sh(profile: Profile, table: OptionTable) -> str:
+    """A bash script that execs the trial's exact launch command; HOST and PORT may be overridden."""
+    launcher, flags = split_launcher(redact_argv(profile.argv), table)
+    env = redact_env(profile.env)
+    out = [
+        "#!/usr/bin/env bash",
+        _comment(provenance(profile)).rstrip("\n"),
+        "# Run as is; HOST=0.0.0.0 PORT=30000 bash this.sh to listen elsewhere.",
+        "set -euo pipefail",
+        "",
+    ]
+    if profile.gpus:
+        out.append("export CUDA_DEVICE_ORDER=PCI_BUS_ID")
+        out.append(f"export CUDA_VISIBLE_DEVICES={_word(','.join(map(str, profile.gpus)))}")
+    for key, value in env.items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise ProfileError(
+                f"environment variable {key!r}: not a valid shell name; expected [A-Za-z_][A-Za-z0-9_]*"
+            )
+        if is_secret_env(key) or value == REDACTED:
+            out.append(f': "${{{key}:?set {key}: the trial used a secret that is never exported}}"')
+            out.append(f"export {key}")
+        else:
+            out.append(f"export {key}={_word(value)}")
+    body = [" ".join(_word(t) for t in launcher), *_flag_lines(flags)]
+    out.append("exec " + " \\\n    ".join(body))
+    return "\n".join(out) + "\n"
+
+
+# -------------------------------------------------------------------------------------- YAML
+
+
+def render_yaml(profile: Profile, table: OptionTable) -> str:
+    """The SGLang `--config` file of the trial's flags (hyphenated keys; host, port and secrets left out)."""
+    flags = launch_flags(profile, table, address=False)
+    secret = [t for t in flags if is_secret_flag(t.split("=", 1)[0])]
+    kept = _drop_secrets(flags)
+    try:
+        mapping = config_yaml(kept, table)
+    except FlagError as exc:
+        raise ProfileError(f"--format yaml for trial {profile.trial}: {exc}") from exc
+    notes = [
+        "",
+        f"Use: python -m sglang.launch_server --config THIS.yaml --host HOST --port PORT"
+        f" (the trial listened on {profile.host}:{profile.port}); command-line flags override this file.",
+    ]
+    if secret:
+        notes.append(f"Left out (secrets; give them on the command line): {', '.join(secret)}")
+    # one key per line, lists inline: `cuda-graph-bs: [1, 2, 4, 8]`
+    text = "".join(
+        f"{k}: {yaml.safe_dump(v, default_flow_style=True, width=1000).strip()}\n"
+        if isinstance(v, list)
+        else yaml.safe_dump({k: v}, default_flow_style=False, width=1000)
+        for k, v in mapping.items()
+    )
+    return _comment([*provenance(profile), *notes]) + text
+
+
+def _drop_secrets(flags: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    skip = False
+    for token in flags:
+        if token.startswith("--"):
+            skip = is_secret_flag(token.split("=", 1)[0])
+        if not skip:
+            out.append(token)
+    return tuple(out)
+
+
+# -------------------------------------------------------------------------------------- JSON
+
+
+def profile_dict(profile: Profile, table: OptionTable | None = None) -> dict[str, Any]:
+    """Everything in the profile as JSON-ready values (argv and environment redacted)."""
+    data: dict[str, Any] = {
+        "study": profile.study,
+        "trial": profile.trial,
+        "row_id": profile.row_id,
+        "config_hash": profile.config_hash,
+        "measured_at": profile.measured_at.isoformat(),
+        "exported_at": profile.exported_at.isoformat(),
+        "sglang_version": profile.sglang_version,
+        "gpus": {"names": list(profile.gpu_names), "driver": profile.driver, "visible": list(profile.gpus)},
+        "outcome": profile.outcome,
+        "feasible": profile.feasible,
+        "gate": {"verdict": profile.gate_verdict, "reason": profile.gate_reason},
+        "knobs": profile.params,
+        "config": profile.config,
+        "argv": list(redact_argv(profile.argv)),
+        "env": redact_env(profile.env),
+        "host": profile.host,
+        "port": profile.port,
+        "metrics": profile.measured,
+        "confirmations": {
+            "repeats": profile.n_confirm,
+            "failed": list(profile.failed_confirms),
+            "spread": {
+                k: {"median": s.median, "min": s.low, "max": s.high, "n": s.n}
+                for k, s in profile.confirmations.items()
+            },
+        },
+        "selection": profile.reason or None,
+    }
+    if table is not None:
+        data["launch_flags"] = list(launch_flags(profile, table))
+    jsonable: dict[str, Any] = to_jsonable(data)
+    return jsonable
+
+
+def render_json(profile: Profile, table: OptionTable | None = None) -> str:
+    """The profile as indented JSON."""
+    return json.dumps(profile_dict(profile, table), indent=2, allow_nan=False) + "\n"
+
+
+def render(profile: Profile, fmt: str, table: OptionTable) -> str:
+    """The profile in `fmt` (sh, yaml or json)."""
+    if fmt == "sh":
+        return render_sh(profile, table)
+    if fmt == "yaml":
+        return render_yaml(profile, table)
+    if fmt == "json":
+        return render_json(profile, table)
+    raise ProfileError(f"--format: expected one of {', '.join(FORMATS)} (got {fmt!r})")

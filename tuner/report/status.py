@@ -1,0 +1,107 @@
+"""`python -m tuner status` and the table after a run: trials, failures by class, the Pareto front."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from rich.console import Console
+from rich.table import Table
+
+from tuner.report.detail import failures_by_class
+from tuner.report.frame import (
+    ReportError,
+    StudyData,
+    load_study_data,
+    param_legend,
+    pareto_front,
+    trials_frame,
+)
+from tuner.store.sql import SqlStore
+
+_STATUS_STYLE = {"feasible": "green", "infeasible": "yellow", "failed": "red"}
+
+
+def study_data(store: SqlStore, study_name: str, study: optuna.Study | None) -> StudyData:
+    """StudyData from an open store and, when the caller has one, its Optuna study."""
+    if study is None:
+        return load_study_data(store.url, study_name)
+    directions = tuple(d.name.lower() for d in study.directions)
+    best = tuple(sorted(t.number for t in study.best_trials)) if len(directions) > 1 else None
+    return StudyData(
+        name=study_name,
+        url=store.url,
+        rows=store.trials(study_name),
+        trials=tuple(study.get_trials(deepcopy=False)),
+        metric_names=tuple(study.metric_names or ()),
+        directions=directions,
+        best_numbers=best,
+    )
+
+
+def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, console: Any = None) -> None:
+    """Trials (knobs in one compact column), failures by class and the Pareto front, as tables."""
+    console = console or Console(width=None if sys.stdout.isatty() else 200)
+    data = study_data(store, study_name, study)
+    try:
+        front = pareto_front(data)
+        trouble = None
+    except ReportError as exc:
+        front = pareto_front(data, strict=False)
+        trouble = str(exc)
+    frame = trials_frame(data, front)
+    table = Table(title=f"study {data.name}: {len(frame)} trials", title_justify="left")
+    table.add_column("#", justify="right", no_wrap=True, min_width=3)
+    table.add_column("status", no_wrap=True, min_width=8)
+    table.add_column("knobs", no_wrap=True, overflow="ellipsis", min_width=24)
+    for col in ("kv tokens", "out tok/s", "min free MiB"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=7)
+    table.add_column("why", overflow="ellipsis", no_wrap=True, max_width=60)
+    for rec in frame.to_dict("records"):
+        failure = rec["failure"] if _present(rec["failure"]) else None
+        status = rec["status"] if failure in (None, "slo_violation") else str(failure)
+        style = _STATUS_STYLE.get(rec["status"], "dim")
+        mark = "*" if rec["pareto"] else ""
+        reused = f"same launch as #{int(rec['reused_from'])}" if _present(rec["reused_from"]) else ""
+        message = str(rec["failure_message"]) if _present(rec["failure_message"]) else ""
+        table.add_row(
+            f"{rec['trial']}{mark}",
+            f"[{style}]{status}[/{style}]",
+            rec["knobs"],
+            _num(rec.get("kv_tokens")),
+            _num(rec.get("output_throughput")),
+            _num(rec.get("min_free_vram_mib")),
+            reused or (message.splitlines() or [""])[0][:120],
+        )
+    console.print(table)
+    legend = param_legend(frame.attrs.get("params", []))
+    if legend:
+        console.print(f"[dim]knobs: {legend}[/dim]")
+    fails = failures_by_class(data.rows)
+    if fails:
+        console.print("failures by class: " + ", ".join(f"{k}={v}" for k, v in fails.most_common()))
+    waiting = sum(1 for t in data.trials if t.state is TrialState.WAITING)
+    reused_n = int(frame["reused_from"].notna().sum()) if len(frame) else 0
+    console.print(
+        f"Pareto front (* above) over {', '.join(data.metric_names)}: trials {list(front) or '-'}; "
+        f"{reused_n} suggestions reused an earlier measurement; {waiting} waiting"
+    )
+    if trouble:
+        console.print(f"[bold red]warning:[/bold red] {trouble}")
+
+
+def _present(value: object) -> bool:
+    """Not None and not the NaN pandas puts where a value is missing."""
+    return value is not None and not (isinstance(value, float) and value != value)
+
+
+def _num(value: object) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float) and abs(value) >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.1f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)

@@ -1,0 +1,367 @@
+"""Reading the searched part of a space file: params, conditions, forbidden combinations, baselines."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any
+
+from yaml.nodes import MappingNode, Node, ScalarNode
+
+from tuner.sglang.knobs import (
+    FlagContext,
+    check_scalar,
+    find_flag,
+    is_switch,
+    owner_of,
+    sparse_backend_choices,
+    takes_list,
+    unknown_flag_message,
+)
+from tuner.space.params import (
+    PARAM_NAME,
+    RESERVED_NAMES,
+    Condition,
+    Param,
+    ParamKind,
+    Target,
+    condition_holds,
+    encode_value,
+    same_value,
+    show_choice,
+)
+from tuner.space.source import Section, Source, python_value, show
+
+_KIND_KEYS = {
+    ParamKind.FLOAT: ("name", "kind", "flag", "low", "high", "step", "log", "when"),
+    ParamKind.INT: ("name", "kind", "flag", "low", "high", "step", "log", "when"),
+    ParamKind.CATEGORICAL: ("name", "kind", "flag", "choices", "when"),
+    ParamKind.BOOL: ("name", "kind", "flag", "when"),
+    ParamKind.BACKEND_PAIR: ("name", "kind", "choices", "when"),
+    ParamKind.CUDA_GRAPH: ("name", "kind", "choices", "when"),
+}
+_DEFAULT_NAMES = {ParamKind.BACKEND_PAIR: "sparse_backends", ParamKind.CUDA_GRAPH: "cuda_graph"}
+_TARGETS = {ParamKind.BACKEND_PAIR: Target.BACKEND_PAIR, ParamKind.CUDA_GRAPH: Target.CUDA_GRAPH}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Forbidden:
+    """A combination never to launch: every listed param holds one of its listed values."""
+
+    matches: tuple[Condition, ...]
+    reason: str
+    source: str = ""
+
+
+def parse_params(src: Source, nodes: list[Node], ctx: FlagContext) -> tuple[Param, ...]:
+    """Every `params:` entry, in order, with conditions checked against the params before it."""
+    params: list[Param] = []
+    targets: dict[str, str] = {}  # target key -> param name
+    for index, node in enumerate(nodes):
+        where = f"params[{index}]"
+        kind_sec = Section(src, node, where, None)
+        kind_text = kind_sec.get_choice("kind", [k.value for k in ParamKind])
+        kind = ParamKind(kind_text)
+        sec = Section(src, node, where, _KIND_KEYS[kind])
+        param = _parse_param(sec, kind, params, ctx)
+        if any(p.name == param.name for p in params):
+            first = next(p for p in params if p.name == param.name)
+            raise sec.error("name", f"duplicate param name {param.name!r} (first defined at {first.source})")
+        target_key = param.flag if param.target is Target.FLAG else param.target.value
+        if param.target is Target.FLAG:
+            spec = find_flag(ctx, param.flag or "")
+            target_key = spec.dest if spec else target_key
+        if target_key in targets:
+            raise sec.error(
+                "name", f"{param.name} sets the same SGLang setting as param {targets[target_key]!r}"
+            )
+        targets[target_key or ""] = param.name
+        params.append(param)
+    return tuple(params)
+
+
+def _parse_param(sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagContext) -> Param:
+    flag = sec.get_str("flag", None, pattern=r"[a-z0-9][a-z0-9-]*", what="a flag name without dashes")
+    name = sec.get_str("name", flag or _DEFAULT_NAMES.get(kind), pattern=PARAM_NAME, what="a param name")
+    if name is None:
+        raise sec.error("name", "required key is missing (or give flag:)")
+    if name in RESERVED_NAMES:
+        raise sec.error("name", f"{name!r} is reserved; choose another param name")
+    sec.where = name  # messages now read "mem-fraction-static: ..."
+    target = _TARGETS.get(kind, Target.FLAG)
+    if target is Target.FLAG:
+        flag = flag or name
+        if flag == "mem-fraction-static":
+            target = Target.MEM_FRACTION
+    source = sec.src.where(sec.node)
+    when = _parse_when(sec, earlier)
+    if kind in (ParamKind.FLOAT, ParamKind.INT):
+        low, high, step, log = _parse_range(sec, kind)
+        param = Param(
+            name=name,
+            kind=kind,
+            target=target,
+            flag=flag,
+            low=low,
+            high=high,
+            step=step,
+            log=log,
+            when=when,
+            source=source,
+        )
+    elif kind is ParamKind.BOOL:
+        param = Param(
+            name=name, kind=kind, target=target, flag=flag, choices=(False, True), when=when, source=source
+        )
+    else:
+        param = Param(name=name, kind=kind, target=target, flag=flag, when=when, source=source)
+        param = _with_choices(sec, param)
+    _check_target(sec, param, ctx)
+    return param
+
+
+def _parse_range(sec: Section, kind: ParamKind) -> tuple[Any, Any, Any, bool]:
+    getter = sec.get_int if kind is ParamKind.INT else sec.get_float
+    low, high = getter("low"), getter("high")
+    step = getter("step", None)
+    log = sec.get_bool("log", False)
+    if low > high:
+        raise sec.error("high", f"high must be ≥ low {low:g} (got {high:g})")
+    if low == high:
+        raise sec.error("high", f"empty range: low and high are both {low:g}; use a fixed flag instead")
+    if step is not None:
+        if step <= 0:
+            raise sec.error("step", f"step must be > 0 (got {step:g})")
+        if log:
+            raise sec.error("step", "step cannot be combined with log: true")
+        k = (high - low) / step
+        if abs(k - round(k)) > 1e-6:
+            raise sec.error("step", f"step {step:g} does not divide the range [{low:g}, {high:g}]")
+    if log and low <= 0:
+        raise sec.error("low", f"log: true needs low > 0 (got {low:g})")
+    return low, high, step, log
+
+
+def _with_choices(sec: Section, param: Param) -> Param:
+    nodes = sec.seq("choices")
+    if not nodes:
+        raise sec.error("choices", "expected a non-empty list of choices")
+    choices: list[Any] = []
+    for node in nodes:
+        raw = python_value(node)
+        try:
+            value = encode_value(param, raw)
+        except ValueError as exc:
+            raise sec.src.error(node, f"{param.name}.choices", f"expected {exc} (got {show(raw)})") from None
+        if any(same_value(value, c) for c in choices):
+            raise sec.src.error(node, f"{param.name}.choices", f"duplicate choice {show_choice(value)}")
+        choices.append(value)
+    return Param(**{**_fields(param), "choices": tuple(choices)})
+
+
+def _fields(param: Param) -> dict[str, Any]:
+    return {f.name: getattr(param, f.name) for f in fields(param)}
+
+
+def _check_target(sec: Section, param: Param, ctx: FlagContext) -> None:
+    if param.target is Target.MEM_FRACTION:
+        _check_mem_fraction(sec, param)
+    elif param.target is Target.BACKEND_PAIR:
+        _check_backends(sec, param, ctx)
+    elif param.target is Target.FLAG:
+        _check_flag_param(sec, param, ctx)
+
+
+def _check_mem_fraction(sec: Section, param: Param) -> None:
+    if param.kind is ParamKind.FLOAT:
+        if param.low is not None and param.low <= 0:
+            raise sec.error("low", f"low must be > 0 (got {param.low:g})")
+        if param.high is not None and param.high > 1.0:
+            raise sec.error("high", f"high must be ≤ 1.0 (got {param.high:g})")
+    elif param.kind is ParamKind.CATEGORICAL:
+        for c in param.choices:
+            if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c <= 1.0:
+                raise sec.error("choices", f"choices must be numbers in (0, 1] (got {show_choice(c)})")
+    else:
+        raise sec.error(
+            "kind", f"mem-fraction-static needs kind float or categorical (got {param.kind.value})"
+        )
+
+
+def _check_backends(sec: Section, param: Param, ctx: FlagContext) -> None:
+    valid = sparse_backend_choices(ctx)
+    if valid is None:
+        raise sec.error("kind", f"{ctx.note} has no --nsa-/--dsa-*-backend flags for a backend_pair")
+    for node, code in zip(sec.seq("choices"), param.choices, strict=True):
+        prefill, decode = code.split("/")
+        for side, backend, allowed in (("prefill", prefill, valid[0]), ("decode", decode, valid[1])):
+            if backend not in allowed:
+                raise sec.src.error(
+                    node,
+                    f"{param.name}.choices",
+                    f"{side} backend {backend!r} is not valid for {ctx.note}; "
+                    f"expected one of {', '.join(allowed)}",
+                )
+
+
+def _check_flag_param(sec: Section, param: Param, ctx: FlagContext) -> None:
+    key = "flag" if "flag" in sec else "name"
+    flag = param.flag or ""
+    spec = find_flag(ctx, flag)
+    if spec is None:
+        raise sec.error(key, unknown_flag_message(ctx, flag))
+    owner = owner_of(spec)
+    if owner == "launcher":
+        raise sec.error(key, f"--{flag} is set by the tuner for every trial (use the top-level host: key)")
+    if owner is not None:
+        raise sec.error(
+            key,
+            f"--{flag} is set through the {owner} knob; use a param of kind {owner}"
+            if owner != "mem-fraction-static"
+            else f"--{flag} needs the param name mem-fraction-static",
+        )
+    if takes_list(spec):
+        raise sec.error(key, f"--{flag} takes a list; only the cuda_graph kind searches lists")
+    if param.kind is ParamKind.BOOL:
+        if not is_switch(spec):
+            raise sec.error(
+                "kind", f"--{flag} takes a value of type {spec.value_type}, so it cannot be kind bool"
+            )
+        return
+    if is_switch(spec):
+        raise sec.error("kind", f"--{flag} is a switch; use kind bool")
+    if param.kind in (ParamKind.FLOAT, ParamKind.INT):
+        if spec.choices:
+            raise sec.error(
+                "kind", f"--{flag} has fixed choices ({', '.join(spec.choices)}); use kind categorical"
+            )
+        if spec.value_type == "str" or (param.kind is ParamKind.FLOAT and spec.value_type == "int"):
+            raise sec.error(
+                "kind", f"--{flag} takes a value of type {spec.value_type}, not kind {param.kind.value}"
+            )
+        return
+    for node, choice in zip(sec.seq("choices"), param.choices, strict=True):
+        if choice is None:
+            continue  # null = leave SGLang's default
+        problem = check_scalar(spec, choice)
+        if problem:
+            raise sec.src.error(
+                node, f"{param.name}.choices", f"--{flag}: {problem} (got {show_choice(choice)})"
+            )
+
+
+def _parse_when(sec: Section, earlier: list[Param]) -> tuple[Condition, ...]:
+    cond_sec = sec.section("when", None)
+    if cond_sec is None:
+        return ()
+    return _conditions(cond_sec, earlier, what="condition")
+
+
+def _conditions(sec: Section, params: list[Param], *, what: str) -> tuple[Condition, ...]:
+    out: list[Condition] = []
+    by_name = {p.name: p for p in params}
+    for key in sec.names():
+        ref = by_name.get(key)
+        if ref is None:
+            known = ", ".join(by_name) or "none"
+            later = " (params may only depend on params defined before them)" if what == "condition" else ""
+            raise sec.error(key, f"{what} on unknown param {key!r}{later}; known: {known}", at_key=True)
+        if ref.kind is ParamKind.FLOAT:
+            raise sec.error(key, f"{what} on float param {key!r}; only discrete params can be matched")
+        node = sec.value_node(key)
+        raw_nodes = node.value if not isinstance(node, (ScalarNode, MappingNode)) else [node]
+        values: list[Any] = []
+        for item in raw_nodes:
+            raw = python_value(item)
+            try:
+                value = encode_value(ref, raw)
+            except ValueError as exc:
+                raise sec.src.error(item, sec.path(key), f"expected {exc} (got {show(raw)})") from None
+            if not ref.contains(value):
+                raise sec.src.error(
+                    item,
+                    sec.path(key),
+                    f"{show_choice(value)} is not a value of {key}; expected {ref.describe()}",
+                )
+            values.append(value)
+        if not values:
+            raise sec.error(key, "expected a value or a non-empty list of values")
+        out.append(Condition(param=key, values=tuple(values)))
+    if not out:
+        raise sec.src.error(sec.node, sec.where, f"empty {what}")
+    return tuple(out)
+
+
+def parse_forbidden(src: Source, nodes: list[Node], params: tuple[Param, ...]) -> tuple[Forbidden, ...]:
+    """The `forbidden:` list: mappings of param -> value(s), with an optional `reason:`."""
+    out = []
+    for index, node in enumerate(nodes):
+        sec = Section(src, node, f"forbidden[{index}]", None)
+        reason = sec.get_str("reason", None)
+        if reason is not None:
+            del sec.entries["reason"]
+        matches = _conditions(sec, list(params), what="forbidden combination")
+        text = ", ".join(f"{c.param}={'|'.join(show_choice(v) for v in c.values)}" for c in matches)
+        out.append(
+            Forbidden(
+                matches=matches, reason=reason or f"forbidden combination {text}", source=src.where(node)
+            )
+        )
+    return tuple(out)
+
+
+def forbidden_match(forbidden: tuple[Forbidden, ...], params: Mapping[str, Any]) -> Forbidden | None:
+    for entry in forbidden:
+        if all(
+            c.param in params and any(same_value(params[c.param], v) for v in c.values) for c in entry.matches
+        ):
+            return entry
+    return None
+
+
+def parse_baselines(
+    src: Source, nodes: list[Node], params: tuple[Param, ...], forbidden: tuple[Forbidden, ...]
+) -> tuple[Mapping[str, object], ...]:
+    """The `baselines:` list: full param mappings, encoded, to be tried first."""
+    out: list[Mapping[str, object]] = []
+    by_name = {p.name: p for p in params}
+    for index, node in enumerate(nodes):
+        where = f"baselines[{index}]"
+        sec = Section(src, node, where, None)
+        values: dict[str, Any] = {}
+        for key in sec.names():
+            param = by_name.get(key)
+            if param is None:
+                raise sec.error(key, f"unknown param {key!r}; known: {', '.join(by_name)}", at_key=True)
+            raw = sec.raw(key)
+            try:
+                value = encode_value(param, raw)
+            except ValueError as exc:
+                raise sec.error(key, f"expected {exc} (got {show(raw)})") from None
+            if not param.contains(value):
+                raise sec.error(
+                    key, f"{show_choice(value)} is outside the space; expected {param.describe()}"
+                )
+            values[key] = value
+        ordered: dict[str, Any] = {}
+        for param in params:
+            active = condition_holds(param, ordered)
+            if active and param.name not in values:
+                raise src.error(node, f"{where}.{param.name}", "missing; a baseline gives every active param")
+            if not active and param.name in values:
+                raise sec.error(
+                    param.name,
+                    f"{param.name} is not used when its condition fails ({_show_when(param)}); remove it",
+                )
+            if active:
+                ordered[param.name] = values[param.name]
+        hit = forbidden_match(forbidden, ordered)
+        if hit is not None:
+            raise src.error(node, where, f"baseline is forbidden by {hit.source} ({hit.reason})")
+        out.append(MappingProxyType(ordered))
+    return tuple(out)
+
+
+def _show_when(param: Param) -> str:
+    return ", ".join(f"{c.param} in {'|'.join(show_choice(v) for v in c.values)}" for c in param.when)

@@ -1,0 +1,121 @@
+"""Reading the fixed part of a launch: fixed flags (checked against the option table) and the environment.
+
+`${NAME}` and `${NAME:-default}` in values come from the user's environment at load; names that look
+like credentials are marked secret so callers redact them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+
+from tuner.config import FlagValue
+from tuner.sglang.knobs import FlagContext, check_value, find_flag, owner_of, unknown_flag_message
+from tuner.space.params import Param, Target
+from tuner.space.source import Section, show
+
+SECRET_KEY = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_vars(text: str, environ: Mapping[str, str]) -> str:
+    """Replace ${NAME} and ${NAME:-default} from `environ`; KeyError(NAME) when unset without default."""
+
+    def repl(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        raise KeyError(name)
+
+    return _VAR.sub(repl, text)
+
+
+def _expand(sec: Section, key: str, text: str, environ: Mapping[str, str]) -> str:
+    try:
+        return expand_vars(text, environ)
+    except KeyError as exc:
+        raise sec.error(
+            key, f"environment variable {exc.args[0]} is not set (use ${{NAME:-default}} for a default)"
+        ) from None
+
+
+def parse_env(sec: Section | None, environ: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+    """`env:` as (name, value) pairs with ${VAR} resolved from the user's environment."""
+    if sec is None:
+        return ()
+    environ = os.environ if environ is None else environ
+    out = []
+    for key in sec.names():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise sec.error(key, "not a valid environment variable name", at_key=True)
+        value = sec.raw(key)
+        if not isinstance(value, str):
+            raise sec.error(key, f"env value must be a string; quote it (got {show(value)})")
+        out.append((key, _expand(sec, key, value, environ)))
+    return tuple(out)
+
+
+def parse_fixed_flags(
+    sec: Section | None, ctx: FlagContext, params: tuple[Param, ...], environ: Mapping[str, str] | None = None
+) -> tuple[tuple[str, FlagValue], ...]:
+    """`fixed_flags:` as (flag, value) pairs, each checked against the option table."""
+    if sec is None:
+        return ()
+    environ = os.environ if environ is None else environ
+    knob_owners = {p.target.value: p.name for p in params if p.target is not Target.FLAG}
+    param_dests = {}
+    for p in params:
+        spec = find_flag(ctx, p.flag or "") if p.target is Target.FLAG else None
+        if spec is not None:
+            param_dests[spec.dest] = p.name
+    seen: dict[str, str] = {}
+    out: list[tuple[str, FlagValue]] = []
+    for key in sec.names():
+        spec = find_flag(ctx, key)
+        if spec is None:
+            hint = "; write flag names without leading dashes" if key.startswith("-") else ""
+            raise sec.error(key, unknown_flag_message(ctx, key.lstrip("-")) + hint, at_key=True)
+        owner = owner_of(spec)
+        if owner == "launcher":
+            raise sec.error(
+                key, f"--{key} is set by the tuner for every trial (use the top-level host: key)", at_key=True
+            )
+        owner_target = {
+            "mem-fraction-static": Target.MEM_FRACTION,
+            "cuda_graph": Target.CUDA_GRAPH,
+            "backend_pair": Target.BACKEND_PAIR,
+        }.get(owner or "")
+        if owner_target is not None and owner_target.value in knob_owners:
+            raise sec.error(
+                key,
+                f"--{key} is also searched by param {knob_owners[owner_target.value]!r}; remove one of them",
+                at_key=True,
+            )
+        if spec.dest in param_dests:
+            raise sec.error(
+                key, f"--{key} is also a param ({param_dests[spec.dest]!r}); remove one of them", at_key=True
+            )
+        if spec.dest in seen:
+            raise sec.error(key, f"--{key} sets the same option as --{seen[spec.dest]}", at_key=True)
+        seen[spec.dest] = key
+        value = sec.raw(key)
+        if isinstance(value, str):
+            value = _expand(sec, key, value, environ)
+        problem = check_value(spec, value)
+        if problem:
+            raise sec.error(key, f"--{key}: {problem} (got {show(value)})")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise sec.error(key, f"--{key}: expected a finite number")
+        out.append((key, tuple(value) if isinstance(value, list) else value))
+    return tuple(out)
+
+
+def is_secret(name: str) -> bool:
+    """True for env keys and flag names that look like credentials (TOKEN, KEY, SECRET, PASSWORD)."""
+    return bool(SECRET_KEY.search(name))

@@ -1,0 +1,135 @@
+"""Re-validation: launch a chosen trial's configuration again, `repeats` times, and record each run.
+
+The repeats go through the same `trial_session` and `run_trial` as the study
+(same engine, probe, run directory, orphans stopped first), and are stored as
+rows with `confirm_of = <the original row id>`; they are not Optuna trials,
+so the sampler and the Pareto front never see them. The export then reports
+the median and spread over the original and its repeats.
+
+Before launching, the configuration is rendered again from the space file
+and its hash compared with the one recorded: if the space now renders a
+different launch (other fixed flags, another SGLang version), a repeat would
+measure something else, so confirm refuses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tuner.config import Outcome, TrialResult
+from tuner.errors import ConfigError
+from tuner.objectives import judge
+from tuner.report.export import ProfileError, select
+from tuner.report.frame import load_study_data
+from tuner.space.loader import SearchSpace, config_from_params
+from tuner.store.sql import SqlStore
+from tuner.study.storage import objectives_of
+from tuner.trial import key_of, prepare_launch, run_trial, trial_session
+
+__all__ = ["ConfirmRun", "confirm"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConfirmRun:
+    """What `confirm` did: the original row, the chosen trial, the new rows and their outcomes."""
+
+    study: str
+    trial: int | None
+    original_id: int
+    reason: str
+    row_ids: tuple[int, ...]
+    outcomes: tuple[Outcome, ...]
+    interrupted: bool = False
+
+    @property
+    def all_ok(self) -> bool:
+        return not self.interrupted and all(o is Outcome.OK for o in self.outcomes)
+
+
+def _study_name(space: SearchSpace, store: SqlStore, study: str | None) -> str:
+    if study is not None:
+        return study
+    names = store.studies()
+    if space.study_name in names:
+        return space.study_name
+    if len(names) == 1:
+        return names[0]
+    raise ConfigError(
+        f"--study: the space's study {space.study_name!r} is not in the database; expected one of: "
+        f"{', '.join(names) or 'none'}"
+    )
+
+
+def confirm(
+    space: SearchSpace,
+    *,
+    db_url: str,
+    study: str | None = None,
+    trial: int | None = None,
+    prefer: str = "balanced",
+    min_free_mib: int | None = None,
+    repeats: int = 3,
+    allow_infeasible: bool = False,
+    on_result: Callable[[int, TrialResult], None] | None = None,
+) -> ConfirmRun:
+    """Relaunch trial `trial` (or the --best choice) `repeats` times and record every run."""
+    if repeats < 1:
+        raise ConfigError(f"--repeats: expected at least 1 (got {repeats})")
+    with SqlStore(db_url) as store:
+        name = _study_name(space, store, study)
+        data = load_study_data(db_url, name)
+        choice = select(
+            data, trial=trial, prefer=prefer, min_free_mib=min_free_mib, allow_infeasible=allow_infeasible
+        )
+        original = choice.row
+        number = original.trial_number if trial is None else trial
+        try:
+            config = config_from_params(space, original.params)
+        except ConfigError as exc:
+            raise ProfileError(f"trial {number} of study {name!r} does not fit {space.path}: {exc}") from exc
+        ids: list[int] = []
+        outcomes: list[Outcome] = []
+        interrupted = False
+        with trial_session(space) as ctx:
+            for i in range(1, repeats + 1):
+                label = f"confirm-{number if number is not None else original.id:04d}-{i}"
+                prepared = prepare_launch(config, ctx, label=label)
+                chash = key_of(prepared)
+                if chash != original.config_hash:
+                    raise ProfileError(
+                        f"trial {number} of study {name!r}: {space.path} now renders a different launch "
+                        f"(config hash {chash}, recorded {original.config_hash}; expected the same space "
+                        f"file and SGLang version as the study)"
+                    )
+                result = run_trial(config, ctx, label=label, prepared=prepared)
+                if result.outcome is Outcome.INTERRUPTED:
+                    interrupted = True
+                    break
+                verdict = judge(result, objectives_of(space), space.constraints)
+                ids.append(
+                    store.record(
+                        result,
+                        study=name,
+                        trial_number=None,
+                        params=original.params,
+                        config_hash=chash,
+                        verdict=verdict,
+                        confirm_of=original.id,
+                    )
+                )
+                outcomes.append(result.outcome)
+                if on_result is not None:
+                    on_result(i, result)
+    return ConfirmRun(
+        study=name,
+        trial=number,
+        original_id=original.id,
+        reason=choice.reason,
+        row_ids=tuple(ids),
+        outcomes=tuple(outcomes),
+        interrupted=interrupted,
+    )

@@ -1,0 +1,140 @@
+"""Optuna's side of a study: storage on the tuner's database, the sampler, heartbeats, the worker lock."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+from tuner.errors import ConfigError, StoreError
+from tuner.space.loader import SearchSpace
+from tuner.space.sections import Objective
+from tuner.store.sql import optuna_storage_kwargs
+
+HEARTBEAT_INTERVAL_S = 60
+HEARTBEAT_GRACE_S = 900
+MAX_RETRIES = 1
+
+
+def make_storage(url: str) -> RDBStorage:
+    """Optuna's RDB storage on the tuner's database, with heartbeats and one retry of stale trials."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RDBStorage(
+            url,
+            engine_kwargs=optuna_storage_kwargs(url),
+            heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            grace_period=HEARTBEAT_GRACE_S,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
+        )
+
+
+def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
+    """The sampler the space asks for; TPE (multivariate, grouped) suits 20-60 trials, conditional spaces."""
+    spec = space.sampler
+    if spec.kind == "random":
+        return optuna.samplers.RandomSampler(seed=spec.seed)
+    if spec.kind == "gp":
+        missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigError(
+                f"sampler: gp needs {' and '.join(missing)} (pip install {' '.join(missing)}), "
+                f"or use kind: tpe, in {space.path}"
+            )
+        return optuna.samplers.GPSampler(seed=spec.seed, n_startup_trials=spec.n_startup_trials)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            n_startup_trials=spec.n_startup_trials,
+            seed=spec.seed,
+        )
+
+
+def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> optuna.Study:
+    """Create or resume the space's study (directions and metric names from its objectives)."""
+    name = study_name or space.study_name
+    objectives = objectives_of(space)
+    storage = make_storage(url)
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        directions=[optuna.study.StudyDirection[o.direction.upper()] for o in objectives],
+        sampler=make_sampler(space),
+        load_if_exists=True,
+    )
+    stored = [d.name.lower() for d in study.directions]
+    wanted = [o.direction for o in objectives]
+    if stored != wanted:
+        raise StoreError(
+            f"study {name!r} in {url} was created with objectives {stored}, the space now has {wanted}: "
+            f"bump `version:` in {space.path} to start a new study"
+        )
+    if not study.metric_names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([o.metric for o in objectives])
+    return study
+
+
+def objectives_of(space: SearchSpace) -> tuple[Objective, ...]:
+    return tuple(Objective(metric=o.metric, direction=o.direction) for o in space.objectives)
+
+
+def lock_path(db_url: str, run_dir: Path) -> Path:
+    """Beside a SQLite file (every worker of that file sees it), else in the run directory."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        db = Path(url.database)
+        if not db.parent.is_dir():
+            raise StoreError(f"cannot open {db_url}: the directory {db.parent} does not exist")
+        return db.with_name(db.name + ".tuner-lock")
+    return run_dir / ".ask.lock"
+
+
+@contextlib.contextmanager
+def ask_lock(path: Path) -> Iterator[None]:
+    """Serialise table creation and count + ask between workers on this host."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class Heartbeat:
+    """Record the trial's heartbeat while it runs (ask/tell has no built-in heartbeat thread)."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        self._storage = study._storage
+        self._trial_id = trial._trial_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="heartbeat")
+
+    def _beat(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                self._storage.record_heartbeat(self._trial_id)  # type: ignore[attr-defined]
+            if self._stop.wait(HEARTBEAT_INTERVAL_S):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
