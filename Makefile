@@ -23,6 +23,7 @@ demo: venv
 lint: venv
 	$(BIN)/ruff check tuner tests
 	$(BIN)/mypy tuner
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest -q

@@ -13,7 +13,6 @@ import orjson
 import pytest
 from aiohttp import web
 
-from tuner.bench.client import HttpBackend
 from tuner.bench.runner import benchmark
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, RequestTimeouts, Workload
 from tuner.bench.types import ErrorClass, OutputSource
@@ -139,12 +138,6 @@ def server() -> Iterator[FakeServer]:
     srv.stop()
 
 
-@pytest.fixture(params=list(HttpBackend), ids=lambda b: b.value)
-def backend(request: pytest.FixtureRequest) -> HttpBackend:
-    """Both transports: aiohttp (the default) and httpx's native pool (kept for comparison)."""
-    return request.param  # type: ignore[no-any-return]
-
-
 def settings(*points: LoadPoint, output_len: int = 20, api: Api = Api.CHAT, **kw: object) -> BenchSettings:
     base: dict[str, object] = {
         "workload": Workload(input_len=16, output_len=output_len, api=api),
@@ -155,10 +148,10 @@ def settings(*points: LoadPoint, output_len: int = 20, api: Api = Api.CHAT, **kw
     return BenchSettings(**base)  # type: ignore[arg-type]
 
 
-def test_latencies_and_throughput_come_out_near_truth(server: FakeServer, backend: HttpBackend) -> None:
+def test_latencies_and_throughput_come_out_near_truth(server: FakeServer) -> None:
     server.b.ttft_s, server.b.itl_s = 0.05, 0.01
     cfg = settings(LoadPoint(concurrency=4, num_prompts=8))
-    res = benchmark(server.url, cfg, settle_s=0.0, http_backend=backend)
+    res = benchmark(server.url, cfg, settle_s=0.0)
     m = res.objective_metrics
     assert m is not None and (m.completed, m.failed) == (8, 0)
     assert res.model == "served-model"
@@ -194,9 +187,9 @@ def test_without_usage_the_requested_count_is_used_and_flagged(server: FakeServe
     assert m.total_input_tokens_server is None
 
 
-def test_http_500_is_a_failed_request_with_its_class(server: FakeServer, backend: HttpBackend) -> None:
+def test_http_500_is_a_failed_request_with_its_class(server: FakeServer) -> None:
     server.b.status = 500
-    res = benchmark(server.url, settings(), settle_s=0.0, http_backend=backend)
+    res = benchmark(server.url, settings(), settle_s=0.0)
     m = res.points[0].metrics
     assert (m.completed, m.failed) == (0, 8) and m.errors == (("http_status", 8),)
     rec = res.points[0].records[0]
@@ -286,10 +279,10 @@ def test_load_points_warmup_and_flush_are_seen_by_the_server(server: FakeServer)
     assert all(r.load_point == "r200" for r in res.points[1].records)
 
 
-def test_connection_cut_mid_stream_is_a_stream_error(server: FakeServer, backend: HttpBackend) -> None:
+def test_connection_cut_mid_stream_is_a_stream_error(server: FakeServer) -> None:
     server.b.drop_after = 2
     cfg = settings(LoadPoint(concurrency=2, num_prompts=2))
-    res = benchmark(server.url, cfg, settle_s=0.0, http_backend=backend)
+    res = benchmark(server.url, cfg, settle_s=0.0)
     recs = res.points[0].records
     assert {r.error for r in recs} == {ErrorClass.STREAM_ERROR}
     assert all(r.content_events == 2 for r in recs)
@@ -301,11 +294,11 @@ def test_flush_cache_refusal_is_tolerated_with_progress_bar(server: FakeServer) 
     assert not res.points[0].flushed and res.points[0].metrics.completed == 8
 
 
-def test_unreachable_server(backend: HttpBackend) -> None:
+def test_unreachable_server() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(BenchmarkError, match="v1/models"):
-        benchmark(url, settings(), settle_s=0.0, http_backend=backend)
+        benchmark(url, settings(), settle_s=0.0)
     cfg = settings(LoadPoint(concurrency=2, num_prompts=2))
-    res = benchmark(url, cfg, model="m", settle_s=0.0, http_backend=backend)
+    res = benchmark(url, cfg, model="m", settle_s=0.0)
     assert {r.error for r in res.points[0].records} == {ErrorClass.CONNECT_ERROR}

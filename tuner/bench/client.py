@@ -1,15 +1,13 @@
 """The HTTP side of the benchmark: the stage's clients, one streamed request → one RequestRecord.
 
-Measured requests go straight through one shared `aiohttp.ClientSession`
-(HttpBackend.AIOHTTP, the default). httpx's API over
-`httpx_aiohttp.AiohttpTransport` cost about as much CPU per request again as
-aiohttp itself (Request/Response objects, cookie extraction, header
-conversion), and at C=256 those starts, run back to back, put TTFT p99 about
-40 ms above a plain aiohttp client (benchmarks/bench_client.py measures
-both). httpx stays the API for the control endpoints (/v1/models,
-/flush_cache), over the same session. HttpBackend.NATIVE sends everything
-through httpx's own pool, whose cost collapses at 256 streams (reference
-bench-metrics §6, P12): for comparison only.
+Measured requests go straight through one shared `aiohttp.ClientSession`.
+httpx's own pool costs 60–230 µs of CPU per streamed event and falls behind
+at 64+ streams (reference bench-metrics §6, P12); httpx's API over an
+aiohttp transport still cost about as much CPU per request again as aiohttp
+itself, which put TTFT p99 about 40 ms above a plain aiohttp client at C=256
+(benchmarks/bench_client.py measures the tuner's client against plain httpx
+and a bare aiohttp reference). httpx, with its own transport, serves the few
+control calls (/v1/models, /flush_cache), which are never timed.
 
 Timeouts: connect is enforced by the transport; the first-content and idle
 limits are enforced by the runner's watchdog, which cancels a request with a
@@ -20,10 +18,9 @@ chunk. The transport's read timeout is only a backstop above both.
 from __future__ import annotations
 
 import asyncio
-from enum import Enum
 from time import perf_counter
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any
 
 import aiohttp
 import httpx
@@ -37,14 +34,6 @@ from tuner.bench.workload import RequestSpec
 
 READ_BUFSIZE = 4 * 1024 * 1024  # aiohttp's small default buffer collapses huge streams (P13)
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
-Prepared: TypeAlias = bytes | httpx.Request  # what RequestSender.prepare built for its backend
-
-
-class HttpBackend(str, Enum):
-    """What carries the measured requests."""
-
-    AIOHTTP = "aiohttp"  # aiohttp directly; httpx over httpx_aiohttp for the control endpoints
-    NATIVE = "native"  # httpx over httpcore for everything: for comparison only (module docstring)
 
 
 def endpoint(api: Api) -> str:
@@ -67,44 +56,30 @@ def build_payload(spec: RequestSpec, api: Api, model: str) -> bytes:
 
 
 class HttpClients:
-    """The clients of one stage: httpx for control endpoints, an aiohttp session for streams (or None).
+    """The clients of one stage: an aiohttp session for the measured streams, httpx for control calls.
 
     Create inside the running event loop (aiohttp binds its session to it);
     `async with` closes both. Explicit timeouts and a pool of ≥
-    max_connections: httpx's defaults silently distort latency figures (P12).
+    max_connections: the libraries' defaults silently distort latency figures (P12).
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        max_connections: int,
-        timeouts: RequestTimeouts,
-        backend: HttpBackend = HttpBackend.AIOHTTP,
-    ) -> None:
+    def __init__(self, base_url: str, *, max_connections: int, timeouts: RequestTimeouts) -> None:
         self.base_url = base_url.rstrip("/")
         backstop_s = max(timeouts.first_byte_s, timeouts.idle_read_s) + 5.0
-        timeout = httpx.Timeout(
-            connect=timeouts.connect_s, read=backstop_s, write=timeouts.connect_s, pool=None
-        )
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self.session: aiohttp.ClientSession | None = None
-        if backend is HttpBackend.NATIVE:
-            self.control = httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
-            return
-        from httpx_aiohttp import AiohttpTransport
-
         connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=30.0)
         self.session = aiohttp.ClientSession(
             connector=connector,
             read_bufsize=READ_BUFSIZE,
             auto_decompress=False,
-            # The same limits as the httpx Timeout above; the pool wait is unbounded (pool=None).
+            # connect and read bounded; the pool wait is not (the concurrency semaphore bounds it).
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=backstop_s),
         )
-        transport = AiohttpTransport(limits=limits, client=self.session)
         self.control = httpx.AsyncClient(
-            base_url=base_url, timeout=timeout, limits=limits, transport=transport
+            base_url=base_url,
+            timeout=httpx.Timeout(
+                connect=timeouts.connect_s, read=backstop_s, write=timeouts.connect_s, pool=None
+            ),
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
         )
 
     async def __aenter__(self) -> HttpClients:
@@ -120,8 +95,7 @@ class HttpClients:
         try:
             await self.control.aclose()
         finally:
-            if self.session is not None:
-                await self.session.close()
+            await self.session.close()
 
 
 class Flight:
@@ -142,19 +116,14 @@ class RequestSender:
     """Sends one streamed request and always returns a RequestRecord (a failure is data)."""
 
     def __init__(self, http: HttpClients, *, api: Api, model: str) -> None:
-        self._client = http.control
         self._session = http.session
         self._api = api
-        self._path = endpoint(api)
-        self._url = http.base_url + self._path
+        self._url = http.base_url + endpoint(api)
         self._model = model
 
-    def prepare(self, spec: RequestSpec) -> Prepared:
-        """Build the HTTP request ahead of time, so its cost stays out of the measured window."""
-        body = build_payload(spec, self._api, self._model)
-        if self._session is not None:
-            return body
-        return self._client.build_request("POST", self._path, content=body, headers=_HEADERS)
+    def prepare(self, spec: RequestSpec) -> bytes:
+        """Build the request body ahead of time, so its cost stays out of the measured window."""
+        return build_payload(spec, self._api, self._model)
 
     async def send(
         self,
@@ -163,7 +132,7 @@ class RequestSender:
         *,
         label: str,
         t_queued: float,
-        request: Prepared | None = None,
+        request: bytes | None = None,
     ) -> RequestRecord:
         """Stream one request; cancellation with `flight.reason` set becomes a failed record."""
         acc = StreamAccumulator(self._api)
@@ -173,10 +142,7 @@ class RequestSender:
         error_text = ""
         flight.t_sent = flight.t_activity = t_sent = perf_counter()
         try:
-            if self._session is not None:
-                status_text = await self._stream_aiohttp(self._session, request, acc, flight)
-            else:
-                status_text = await self._stream_httpx(request, acc, flight)
+            status_text = await self._stream(request, acc, flight)
             if status_text is not None:
                 error, error_text = ErrorClass.HTTP_STATUS, status_text
         except asyncio.CancelledError:
@@ -198,12 +164,9 @@ class RequestSender:
             error_text=error_text,
         )
 
-    async def _stream_aiohttp(
-        self, session: aiohttp.ClientSession, request: Prepared, acc: StreamAccumulator, flight: Flight
-    ) -> str | None:
+    async def _stream(self, body: bytes, acc: StreamAccumulator, flight: Flight) -> str | None:
         """Feed the stream into acc; the error text of a non-200 answer, else None."""
-        body = request if isinstance(request, bytes) else request.content
-        async with session.post(self._url, data=body, headers=_HEADERS) as resp:
+        async with self._session.post(self._url, data=body, headers=_HEADERS) as resp:
             flight.status = status = resp.status
             if status != 200:
                 return _status_text(status, await resp.read())
@@ -215,27 +178,6 @@ class RequestSender:
                 for payload in feed(chunk):
                     if add(payload, t):
                         flight.has_content = True
-        return None
-
-    async def _stream_httpx(self, request: Prepared, acc: StreamAccumulator, flight: Flight) -> str | None:
-        """As _stream_aiohttp, through httpx (HttpBackend.NATIVE)."""
-        if isinstance(request, bytes):
-            request = self._client.build_request("POST", self._path, content=request, headers=_HEADERS)
-        resp = await self._client.send(request, stream=True)
-        try:
-            flight.status = status = resp.status_code
-            if status != 200:
-                return _status_text(status, await resp.aread())
-            feed = SseParser().feed
-            add = acc.add
-            async for chunk in resp.aiter_raw():
-                t = perf_counter()
-                flight.t_activity = t
-                for payload in feed(chunk):
-                    if add(payload, t):
-                        flight.has_content = True
-        finally:
-            await resp.aclose()
         return None
 
 
@@ -254,10 +196,8 @@ def uncancel() -> None:
 def classify(exc: BaseException, *, started: bool, has_content: bool) -> ErrorClass:
     """Map a transport exception to an ErrorClass by where it happened and what it really was.
 
-    aiohttp's own exceptions come straight from the streaming path; through
-    httpx_aiohttp (the control client) every aiohttp.ClientConnectionError
-    becomes httpx.ConnectTimeout, so the root cause, not the class, decides
-    whether it was a timeout.
+    aiohttp's exceptions come from the streaming path, httpx's from the control
+    calls; the root cause, not the class, decides whether it was a timeout.
     """
     timeout = _is_timeout(exc)
     if not started:
@@ -284,5 +224,5 @@ def _is_timeout(exc: BaseException) -> bool:
         return True
     name = type(root).__name__
     module = type(root).__module__
-    # httpx (native) and httpcore raise their own timeout classes without a TimeoutError root.
+    # httpx and httpcore raise their own timeout classes without a TimeoutError root.
     return module.split(".")[0] in ("httpx", "httpcore") and "Timeout" in name

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import httpx
 
 from tuner.bench import load
-from tuner.bench.client import Flight, HttpBackend, HttpClients, Prepared, RequestSender, uncancel
+from tuner.bench.client import Flight, HttpClients, RequestSender, uncancel
 from tuner.bench.metrics import compute_metrics
 from tuner.bench.selfcheck import LoopLagProbe
 from tuner.bench.settings import BenchSettings, LoadPoint, RequestTimeouts, WorkloadKind
@@ -125,14 +125,14 @@ class _Stage:
         label: str,
         concurrency: int | None,
         offsets_s: Any = None,
-        prepared: list[Prepared] | None = None,
+        prepared: list[bytes] | None = None,
         on_done: Callable[[], None] | None = None,
     ) -> list[RequestRecord]:
         """Send specs bounded by `concurrency`, at `offsets_s` after now if given; one record each."""
         sem = asyncio.Semaphore(concurrency) if concurrency is not None else None
         spawned: list[tuple[asyncio.Task[RequestRecord], RequestSpec, float]] = []
 
-        def spawn(spec: RequestSpec, request: Prepared | None) -> None:
+        def spawn(spec: RequestSpec, request: bytes | None) -> None:
             flight = Flight()
             t_q = perf_counter()
             task = asyncio.ensure_future(self._one(sender, spec, request, flight, label, t_q, sem))
@@ -179,7 +179,7 @@ class _Stage:
         self,
         sender: RequestSender,
         spec: RequestSpec,
-        request: Prepared | None,
+        request: bytes | None,
         flight: Flight,
         label: str,
         t_q: float,
@@ -251,7 +251,6 @@ async def run_benchmark(
     server_died: threading.Event | None = None,
     progress: bool = False,
     settle_s: float | None = None,
-    http_backend: HttpBackend = HttpBackend.AIOHTTP,
 ) -> BenchResult:
     """Run every load point of settings against base_url; partial results if the server dies.
 
@@ -276,7 +275,6 @@ async def run_benchmark(
         base_url,
         max_connections=_connections_needed(settings),
         timeouts=settings.timeouts,
-        backend=http_backend,
     )
     name = model or ""
     try:
@@ -400,7 +398,6 @@ def benchmark(
     server_died: threading.Event | None = None,
     progress: bool = False,
     settle_s: float | None = None,
-    http_backend: HttpBackend = HttpBackend.AIOHTTP,
 ) -> BenchResult:
     """Synchronous run_benchmark on a fresh event loop (uvloop when installed)."""
     coro = run_benchmark(
@@ -410,7 +407,6 @@ def benchmark(
         server_died=server_died,
         progress=progress,
         settle_s=settle_s,
-        http_backend=http_backend,
     )
     try:
         import uvloop
