@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.config import Outcome, Phase
-from tuner.sglang.logs import (
+from tuner.sglang.log_events import (
     CaptureBegin,
     CaptureEnd,
     DecodeBatch,
@@ -17,18 +17,14 @@ from tuner.sglang.logs import (
     KvCacheAllocated,
     KvRetraction,
     KvSummary,
-    LogState,
     PrefillBatch,
     Ready,
     ServerArgs,
     SparseBackends,
     WeightLoadEnd,
-    classify_failure,
-    is_fatal,
-    nan_lines,
-    parse_line,
-    strip_ansi,
 )
+from tuner.sglang.log_parse import parse_line, strip_ansi
+from tuner.sglang.logs import LogState, classify_failure, is_fatal, nan_lines
 
 YELLOW, RESET = "\x1b[1;33m", "\x1b[0m"
 
@@ -310,7 +306,8 @@ TEARDOWN_0523 = [
 def classify(
     lines: list[str], exit_code: int | None = -9, phase: Phase = Phase.LAUNCH
 ) -> tuple[Outcome, str, str]:
-    return classify_failure(lines, exit_code=exit_code, phase=phase)
+    verdict = classify_failure(lines, exit_code=exit_code, phase=phase)
+    return verdict.outcome, verdict.message, verdict.excerpt
 
 
 def test_bad_flag_from_argparse() -> None:
