@@ -566,3 +566,17 @@ def test_ray_and_container_prefixes_are_read_through() -> None:
     assert parse_line(ray) == KvRetraction(retracted_reqs=2)
     compose = "llm-1  | [2026-05-01 10:00:00 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1"
     assert LogState.from_lines([ray, compose]).retractions == 2
+
+
+def test_the_last_generic_error_wins_over_an_earlier_one_and_over_teardown() -> None:
+    lines = [
+        "[2026-05-01 10:00:00] Received sigquit from a child process. It usually means the child failed.",
+        "[2026-05-01 10:00:00 TP0] Traceback (most recent call last):",
+        "KeyError: 'stale request id'",
+        "[2026-05-01 10:05:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 900, in event_loop_overlap',
+        "ValueError: pool memory leak detected!",
+    ]
+    verdict = classify_failure(lines, exit_code=-9, phase=Phase.LAUNCH)
+    assert verdict.outcome is Outcome.CRASHED
+    assert "under load: ValueError: pool memory leak detected!" in verdict.message

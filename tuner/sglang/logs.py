@@ -160,8 +160,8 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     """Outcome, one-line message, excerpt of the proving lines and blamed backend of a failed server.
 
     The first root cause wins over the generic lines (a CUDA error, an exception with no
-    known signature, the "hit an exception" wrapper), and those over the teardown lines
-    that follow (sigquit, rank dead, initialization failed). The stage is what the log
+    known signature, the "hit an exception" wrapper; of these the last error line), and
+    those over the teardown lines (sigquit, rank dead, initialization failed). The stage is what the log
     lines and, where they say more, the traceback frames prove.
     """
     clean = [clean_line(line) for line in lines]
@@ -172,7 +172,7 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         event = parse_line(line)
         if isinstance(event, FailureLine):
             rank = _priority(event)
-            if best is None or rank < best[0]:
+            if best is None or rank < best[0] or (rank == best[0] == 2 and _is_error_line(event)):
                 best = (rank, i, event, state)
         elif TRACEBACK_START.search(line):
             traceback = (i, state)
@@ -186,6 +186,8 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
             i, event = j, replace(event, detail=clean[j].strip())
         else:
             event = replace(event, detail=_cut_traceback(clean, i))
+    elif not event.kind.is_root_cause and not event.kind.is_teardown:
+        event = replace(event, detail=event.line.strip())  # all of `torch.AcceleratorError: CUDA error: ...`
     stage = _stage(before, phase, frames_say, event.kind)
     outcome, message = _verdict(event, stage, exit_code)
     backend, role = blame_backend(clean, i, state.backends)
@@ -232,6 +234,11 @@ def _cut_traceback(lines: Sequence[str], t: int) -> str:
     _, end = block_bounds(lines, t)
     last = next((line.strip() for line in reversed(lines[t + 1 : end]) if line.strip()), "")
     return f"traceback with no error line, last: {last}" if last else lines[t].strip()
+
+
+def _is_error_line(event: FailureLine) -> bool:
+    """A generic error line (not the wrapper): among these the last one, the one the log ended on, wins."""
+    return event.kind is not FailureKind.CHILD_EXCEPTION
 
 
 def _priority(event: FailureLine) -> int:
