@@ -144,6 +144,8 @@ class Failure:
     message: str
     excerpt: str = ""
     exit_code: int | None = None
+    backend: str | None = None  # the attention backend the log blames (log_events.FailureVerdict)
+    backend_role: str | None = None  # "prefill" or "decode", when the log says which
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.config import Outcome, Phase
-from tuner.sglang.logs import (
+from tuner.sglang.log_events import (
     CaptureBegin,
     CaptureEnd,
     DecodeBatch,
@@ -17,18 +17,14 @@ from tuner.sglang.logs import (
     KvCacheAllocated,
     KvRetraction,
     KvSummary,
-    LogState,
     PrefillBatch,
     Ready,
     ServerArgs,
     SparseBackends,
     WeightLoadEnd,
-    classify_failure,
-    is_fatal,
-    nan_lines,
-    parse_line,
-    strip_ansi,
 )
+from tuner.sglang.log_parse import parse_line, strip_ansi
+from tuner.sglang.logs import LogState, classify_failure, is_fatal, nan_lines
 
 YELLOW, RESET = "\x1b[1;33m", "\x1b[0m"
 
@@ -310,7 +306,8 @@ TEARDOWN_0523 = [
 def classify(
     lines: list[str], exit_code: int | None = -9, phase: Phase = Phase.LAUNCH
 ) -> tuple[Outcome, str, str]:
-    return classify_failure(lines, exit_code=exit_code, phase=phase)
+    verdict = classify_failure(lines, exit_code=exit_code, phase=phase)
+    return verdict.outcome, verdict.message, verdict.excerpt
 
 
 def test_bad_flag_from_argparse() -> None:
@@ -516,3 +513,70 @@ def test_failure_lines_carry_kind_and_detail() -> None:
     assert isinstance(event, FailureLine)
     assert (event.kind, event.fatal, event.oom) == (FailureKind.CUDA_OOM, True, True)
     assert event.detail.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+
+
+# --------------------------------------------------------------------------- backend blame
+
+DSA_FLASHMLA_DECODE = [
+    "[2026-05-01 10:00:00] Set NSA backends for fp8_e4m3 KV Cache: prefill=flashmla_auto, decode=flashmla_kv.",
+    "[2026-05-01 10:01:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/sgl/python/sglang/srt/model_executor/cuda_graph_runner.py", line 380, in capture_one_batch_size',
+    "    run_once()",
+    '  File "/sgl/python/sglang/srt/layers/attention/nsa_backend.py", line 900, in forward_decode',
+    "    return self._forward_flashmla_kv(",
+    '  File "/usr/lib/python3/site-packages/flash_mla/flash_mla_interface.py", line 80, in flash_mla_with_kvcache',
+    "RuntimeError: Unsupported architecture",
+]
+
+
+def test_blame_names_the_announced_backend_variant_and_its_role() -> None:
+    verdict = classify_failure(DSA_FLASHMLA_DECODE, exit_code=-9, phase=Phase.LAUNCH)
+    assert verdict.outcome is Outcome.UNSUPPORTED
+    assert (verdict.backend, verdict.role) == ("flashmla_kv", "decode")
+    assert "at capture" in verdict.message
+
+
+def test_blame_role_from_the_announced_backends_when_no_frame_says() -> None:
+    lines = [
+        "[2026-05-01 10:00:00] Set DSA backends for bfloat16 KV Cache: prefill=flashmla_sparse, decode=trtllm.",
+        "[2026-05-01 10:01:00 TP0] RuntimeError: Error in function 'TllmGenFmhaRunner': Unsupported architecture",
+    ]
+    verdict = classify_failure(lines, exit_code=-9, phase=Phase.LAUNCH)
+    assert (verdict.backend, verdict.role) == ("trtllm", "decode")
+
+
+def test_no_blame_without_an_attention_frame_or_kernel_message() -> None:
+    lines = [
+        "[2026-05-01 10:01:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1000, in event_loop_normal',
+        "    result = self.run_batch(batch)",
+        '  File "/usr/lib/python3/site-packages/flashinfer/sampling.py", line 400, in top_k_top_p_sampling',
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "[2026-05-01 10:01:00] Received sigquit from a child process. It usually means the child failed.",
+    ]
+    verdict = classify_failure(lines, exit_code=-9, phase=Phase.LAUNCH)
+    assert verdict.outcome is Outcome.UNSUPPORTED and "under load" in verdict.message
+    assert (verdict.backend, verdict.role) == (None, None)
+
+
+def test_ray_and_container_prefixes_are_read_through() -> None:
+    ray = (
+        "(SGLangEngine pid=12589) [2026-05-01 10:00:00 TP0] Decode out of memory happened. #retracted_reqs: 2"
+    )
+    assert parse_line(ray) == KvRetraction(retracted_reqs=2)
+    compose = "llm-1  | [2026-05-01 10:00:00 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1"
+    assert LogState.from_lines([ray, compose]).retractions == 2
+
+
+def test_the_last_generic_error_wins_over_an_earlier_one_and_over_teardown() -> None:
+    lines = [
+        "[2026-05-01 10:00:00] Received sigquit from a child process. It usually means the child failed.",
+        "[2026-05-01 10:00:00 TP0] Traceback (most recent call last):",
+        "KeyError: 'stale request id'",
+        "[2026-05-01 10:05:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 900, in event_loop_overlap',
+        "ValueError: pool memory leak detected!",
+    ]
+    verdict = classify_failure(lines, exit_code=-9, phase=Phase.LAUNCH)
+    assert verdict.outcome is Outcome.CRASHED
+    assert "under load: ValueError: pool memory leak detected!" in verdict.message

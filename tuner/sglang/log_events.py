@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeAlias
 
+from tuner.config import Outcome
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ServerArgs:
@@ -146,11 +148,14 @@ class FailureKind(str, Enum):
     CUDA_OOM = "cuda_oom"
     CAPTURE_FAILED = "capture_failed"
     KV_EXHAUSTED = "kv_exhausted"
+    REQ_SLOTS_EXHAUSTED = "req_slots_exhausted"
     MEMORY_IMBALANCE = "memory_imbalance"
     UNSUPPORTED_ARCH = "unsupported_arch"
     NAN = "nan"
     WATCHDOG = "watchdog"
+    NCCL_ERROR = "nccl_error"
     CUDA_ERROR = "cuda_error"
+    EXCEPTION = "exception"
     CHILD_EXCEPTION = "child_exception"
     SUBPROCESS_CRASHED = "subprocess_crashed"
     RANK_DEAD = "rank_dead"
@@ -161,13 +166,17 @@ class FailureKind(str, Enum):
     @property
     def is_root_cause(self) -> bool:
         """False for the generic and teardown lines that follow (or wrap) the real error."""
-        return self not in _SECONDARY
+        return self not in _GENERIC and self not in _TEARDOWN
+
+    @property
+    def is_teardown(self) -> bool:
+        """True for the lines of the tree going down after a child failed: they say nothing of why."""
+        return self in _TEARDOWN
 
 
-_SECONDARY = frozenset(
+_GENERIC = frozenset({FailureKind.CUDA_ERROR, FailureKind.CHILD_EXCEPTION, FailureKind.EXCEPTION})
+_TEARDOWN = frozenset(
     {
-        FailureKind.CUDA_ERROR,
-        FailureKind.CHILD_EXCEPTION,
         FailureKind.SUBPROCESS_CRASHED,
         FailureKind.RANK_DEAD,
         FailureKind.INIT_FAILED,
@@ -187,6 +196,23 @@ class FailureLine:
     line: str
     oom: bool = False
     unsupported: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FailureVerdict:
+    """Why a server failed, as its log proves it.
+
+    backend: the attention backend the failing frames or error message name (`trtllm`,
+    `flashmla_kv`, `fa3`, `tilelang`, `aiter`, `flashinfer`, `triton`, `dsa` when only the
+    DSA backend itself is named), None when the log names none; role: `prefill` or `decode`
+    when the frames, or SGLang's announced backends, say which role failed.
+    """
+
+    outcome: Outcome
+    message: str
+    excerpt: str
+    backend: str | None = None
+    role: str | None = None
 
 
 LogEvent: TypeAlias = (

@@ -30,13 +30,21 @@ from tuner.sglang.log_events import (
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: (?P<rank>[A-Z0-9 ]+?))?\] ?")
+# Containers and Ray put their own prefix in front of SGLang's (`svc  | `, `(SGLangEngine pid=1) `).
+_OUTER = re.compile(r"^(?:[\w.-]+\s+\| ?|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s+)")
+# Date since 0.4, time only in 0.3 (`[23:17:01 TP7]`).
+_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?(?: (?P<rank>[A-Z0-9 ]+?))?\] ?")
 _NUM = r"-?\d+(?:\.\d+)?"
 
 
 def strip_ansi(line: str) -> str:
     """The line without terminal colour codes (deprecation warnings are yellow from 0.5.10)."""
     return _ANSI.sub("", line)
+
+
+def clean_line(line: str) -> str:
+    """The line as SGLang wrote it: no colour codes, no container or Ray prefix, no line end."""
+    return _OUTER.sub("", strip_ansi(line), count=1).rstrip("\r\n")
 
 
 def has_prefix(line: str) -> bool:
@@ -46,7 +54,8 @@ def has_prefix(line: str) -> bool:
 
 _SM = (
     r"(?:Unsupported architecture|not supported on \.target '?sm_\d+"
-    r"|ptxas fatal\s*: Value '?sm_\d+'? is not defined)"
+    r"|ptxas fatal\s*: Value '?sm_\d+'? is not defined"
+    r"|no kernel image is available for execution|cudaErrorNoKernelImageForDevice)"
 )
 _OOM_TEXT = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", re.I)
 _UNSUPPORTED_TEXT = re.compile(_SM)
@@ -77,6 +86,7 @@ _FAILURES = (
         r"(?:Prefill|Decode) out of memory\. Try to lower your batch size.*",
         r"Out of memory even after retracting.*",
     ),
+    _signature(FailureKind.REQ_SLOTS_EXHAUSTED, True, r"alloc_req_slots runs out of memory.*"),
     _signature(
         FailureKind.CUDA_OOM,
         True,
@@ -85,6 +95,12 @@ _FAILURES = (
         r"CUDA error: out of memory.*",
     ),
     _signature(FailureKind.UNSUPPORTED_ARCH, True, r".*" + _SM + r".*"),
+    _signature(
+        FailureKind.NCCL_ERROR,
+        True,
+        r"^(?:[\w.]+(?:Error|Exception): )?NCCL error: .*",  # not the `raise` line above it
+        r"\bnccl(?:InternalError|UnhandledCudaError|SystemError)\b.*",
+    ),
     _signature(FailureKind.MEMORY_IMBALANCE, True, r"The memory capacity is unbalanced.*"),
     _signature(
         FailureKind.NAN, False, r"Detected errors during sampling! NaN in the logits.*", r"NaN detected in .*"
@@ -110,10 +126,14 @@ _FAILURES = (
     _signature(FailureKind.SUBPROCESS_CRASHED, True, r"Subprocess \S+ \(pid=\d+\) crashed with exit code.*"),
     _signature(FailureKind.RANK_DEAD, True, r"Rank \d+ scheduler (?:is dead|died during initialization).*"),
     _signature(FailureKind.INIT_FAILED, True, r"Initialization failed\..*"),
-    _signature(
-        FailureKind.SIGQUIT, True, r"Received sigquit from a child process.*", r"SIGQUIT received\..*"
-    ),
+    _signature(FailureKind.SIGQUIT, True, r"Received sigquit from a child proces.*", r"SIGQUIT received\..*"),
     _signature(FailureKind.HEALTH_CHECK_FAILED, False, r"Health check failed\..*"),
+    # The last line of a traceback whose error has no signature above: what broke, for the message.
+    _signature(
+        FailureKind.EXCEPTION,
+        False,
+        r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)(?::(?: .*)?)?$",
+    ),
 )
 
 _SERVER_ARGS = re.compile(r"server_args=ServerArgs\(")
@@ -137,7 +157,9 @@ _UVICORN = re.compile(r"Uvicorn running on https?://(\[[^\]]+\]|[^\s:/]+):(\d+)"
 _READY = re.compile(r"The server is fired up and ready to roll!")
 _DECODE = re.compile(r"Decode batch\b[^,#]*,?\s*(.*)$")
 _PREFILL = re.compile(r"Prefill batch\b[^,#]*,?\s*(.*)$")
-_RETRACT = re.compile(r"KV cache pool is full\. Retract requests\.(.*)$")
+# 0.5: `KV cache pool is full. Retract requests. #retracted_reqs: ..`;
+# 0.4: `Decode out of memory happened. #retracted_reqs: ..`
+_RETRACT = re.compile(r"(?:KV cache pool is full\. Retract requests|Decode out of memory happened)\.(.*)$")
 _DEPRECATED = re.compile(r"\bdeprecated\b", re.I)
 _PAIRS = re.compile(r"([#A-Za-z](?:[^:,=.]|\.(?!\s))*?)(?::\s*|=)(\[[^\]]*\]|[^,]+?)(?=,|\.?\s*$|\.\s)")
 
@@ -200,7 +222,7 @@ def _failure(message: str) -> FailureLine | None:
 
 def parse_line(line: str) -> LogEvent | None:
     """The event one log line reports, or None for lines that matter to nobody."""
-    rank, msg = _split_prefix(strip_ansi(line))
+    rank, msg = _split_prefix(clean_line(line))
     if not msg:
         return None
     if _SERVER_ARGS.search(msg):

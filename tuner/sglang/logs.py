@@ -3,8 +3,8 @@
 Pure functions over text (reference/sglang.md §4): `parse_line` (log_parse.py) turns one
 line into an event (log_events.py), `LogState.apply` folds events into what the server
 reported about itself, `classify_failure` names the first root cause among a dead
-server's lines, `is_fatal` tells a line after which the server will die. The event types
-and `parse_line` are re-exported here, so callers read all of it from `tuner.sglang.logs`.
+server's lines (with the stage and attention backend its tracebacks prove, log_blame.py),
+`is_fatal` tells a line after which the server will die.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from tuner.config import Outcome, Phase
+from tuner.sglang.log_blame import TRACEBACK_START, blame_backend, block_bounds, frame_stage
 from tuner.sglang.log_events import (
     CaptureBegin,
     CaptureEnd,
@@ -21,12 +22,12 @@ from tuner.sglang.log_events import (
     Deprecation,
     FailureKind,
     FailureLine,
+    FailureVerdict,
     HttpUp,
     KvCacheAllocated,
     KvRetraction,
     KvSummary,
     LogEvent,
-    MemoryPoolEnd,
     PrefillBatch,
     Ready,
     ServerArgs,
@@ -34,34 +35,7 @@ from tuner.sglang.log_events import (
     WeightLoadBegin,
     WeightLoadEnd,
 )
-from tuner.sglang.log_parse import has_prefix, parse_line, strip_ansi
-
-__all__ = [
-    "CaptureBegin",
-    "CaptureEnd",
-    "DecodeBatch",
-    "Deprecation",
-    "FailureKind",
-    "FailureLine",
-    "HttpUp",
-    "KvCacheAllocated",
-    "KvRetraction",
-    "KvSummary",
-    "LogEvent",
-    "LogState",
-    "MemoryPoolEnd",
-    "PrefillBatch",
-    "Ready",
-    "ServerArgs",
-    "SparseBackends",
-    "WeightLoadBegin",
-    "WeightLoadEnd",
-    "classify_failure",
-    "is_fatal",
-    "nan_lines",
-    "parse_line",
-    "strip_ansi",
-]
+from tuner.sglang.log_parse import clean_line, has_prefix, parse_line, strip_ansi
 
 
 def is_fatal(line: str) -> bool:
@@ -88,8 +62,9 @@ class LogState:
     """What a server's log said about it so far; `apply` one event at a time.
 
     stage: 'start', 'load' (weights), 'kv' (KV pool), 'capture' (CUDA graphs), 'warmup'
-    (after capture, before ready) or 'ready'. Lines come from every TP rank; all ranks
-    report the same sizes, so the last one read wins.
+    (after capture, before ready) or 'ready'. `serving` once a batch line shows requests
+    being run (warmup's included). Lines come from every TP rank; all ranks report the
+    same sizes, so the last one read wins.
     """
 
     stage: str = "start"
@@ -104,6 +79,7 @@ class LogState:
     http_up: bool = False
     port: int | None = None
     ready_seen: bool = False
+    serving: bool = False
     last_decode: DecodeBatch | None = None
     retractions: int = 0
     deprecations: tuple[str, ...] = ()
@@ -154,12 +130,15 @@ class LogState:
                 max_total_num_tokens=event.max_total_num_tokens,
                 available_gpu_mem_gb=event.available_gpu_mem_gb,
             )
-        if isinstance(event, HttpUp):
-            return replace(self, http_up=True, port=event.port)
+        if isinstance(event, HttpUp):  # HTTP binds once every scheduler is initialised
+            stage = "warmup" if self.stage in ("start", "load", "kv", "capture") else self.stage
+            return replace(self, stage=stage, http_up=True, port=event.port)
         if isinstance(event, Ready):
             return replace(self, stage="ready", ready_seen=True)
         if isinstance(event, DecodeBatch):
-            return replace(self, last_decode=event)
+            return replace(self, last_decode=event, serving=True)
+        if isinstance(event, PrefillBatch):
+            return replace(self, serving=True)
         if isinstance(event, KvRetraction):
             return replace(self, retractions=self.retractions + 1)
         if isinstance(event, Deprecation):
@@ -174,53 +153,102 @@ class LogState:
 # --------------------------------------------------------------------------- classification
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:? ?(.*)$")
-_TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)|hit an exception")
 _MAX_EXCERPT = 40
 
 
-def classify_failure(
-    lines: Sequence[str], *, exit_code: int | None, phase: Phase
-) -> tuple[Outcome, str, str]:
-    """(outcome, one-line message, excerpt of the proving lines) for a server that failed.
+def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phase) -> FailureVerdict:
+    """Outcome, one-line message, excerpt of the proving lines and blamed backend of a failed server.
 
-    The first root cause wins over the teardown lines that follow it (sigquit, rank
-    dead, initialization failed) and over the generic "hit an exception" wrapper.
+    The first root cause wins over the generic lines (a CUDA error, an exception with no
+    known signature, the "hit an exception" wrapper; of these the last error line), and
+    those over the teardown lines (sigquit, rank dead, initialization failed). The stage is what the log
+    lines and, where they say more, the traceback frames prove.
     """
-    clean = [strip_ansi(line).rstrip("\r\n") for line in lines]
+    clean = [clean_line(line) for line in lines]
     state = LogState()
     best: tuple[int, int, FailureLine, LogState] | None = None
+    traceback: tuple[int, LogState] | None = None
     for i, line in enumerate(clean):
         event = parse_line(line)
         if isinstance(event, FailureLine):
             rank = _priority(event)
-            if best is None or rank < best[0]:
+            if best is None or rank < best[0] or (rank == best[0] == 2 and _is_error_line(event)):
                 best = (rank, i, event, state)
+        elif TRACEBACK_START.search(line):
+            traceback = (i, state)
         state = state.apply(event)
+    frames_say = frame_stage(clean)
     if best is None:
-        tail = clean[-20:]
-        return (
-            Outcome.CRASHED,
-            f"server {_exit_text(exit_code)} with no recognised error in its log",
-            "\n".join(tail),
-        )
+        return _unrecognised(clean, traceback, frames_say, state, exit_code, phase)
     _, i, event, before = best
-    if event.kind is FailureKind.CHILD_EXCEPTION and (j := _exception_after(clean, i)) is not None:
-        i, event = j, replace(event, detail=clean[j].strip())  # the traceback's last line says what broke
-    outcome, message = _verdict(event, before, exit_code, phase)
-    return outcome, _one_line(message), _excerpt(clean, i)
+    if event.kind is FailureKind.CHILD_EXCEPTION:  # the traceback's last line says what broke
+        if (j := _exception_after(clean, i)) is not None:
+            i, event = j, replace(event, detail=clean[j].strip())
+        else:
+            event = replace(event, detail=_cut_traceback(clean, i))
+    elif not event.kind.is_root_cause and not event.kind.is_teardown:
+        event = replace(event, detail=event.line.strip())  # all of `torch.AcceleratorError: CUDA error: ...`
+    stage = _stage(before, phase, frames_say, event.kind)
+    outcome, message = _verdict(event, stage, exit_code)
+    backend, role = blame_backend(clean, i, state.backends)
+    return FailureVerdict(
+        outcome=outcome, message=_one_line(message), excerpt=_excerpt(clean, i), backend=backend, role=role
+    )
+
+
+def _unrecognised(
+    clean: Sequence[str],
+    traceback: tuple[int, LogState] | None,
+    frames_say: str | None,
+    state: LogState,
+    exit_code: int | None,
+    phase: Phase,
+) -> FailureVerdict:
+    """No line with a signature: a traceback cut before its error line, or nothing at all."""
+    if traceback is None:
+        return FailureVerdict(
+            outcome=Outcome.CRASHED,
+            message=f"server {_exit_text(exit_code)} with no recognised error in its log",
+            excerpt="\n".join(clean[-20:]),
+        )
+    t, before = traceback
+    stage = _stage(before, phase, frames_say, None)
+    _, end = block_bounds(clean, t)
+    detail = _cut_traceback(clean, t)
+    if stage == "at capture":
+        outcome, message = Outcome.CAPTURE_FAILED, f"CUDA-graph capture failed: {detail}"
+    else:
+        outcome, message = Outcome.CRASHED, f"server {_exit_text(exit_code)} {stage}: {detail}"
+    backend, role = blame_backend(clean, t, state.backends)
+    return FailureVerdict(
+        outcome=outcome,
+        message=_one_line(message),
+        excerpt=_excerpt(clean, min(end - 1, t + _MAX_EXCERPT - 4)),
+        backend=backend,
+        role=role,
+    )
+
+
+def _cut_traceback(lines: Sequence[str], t: int) -> str:
+    """What a traceback starting at line t shows when the log stops before its error line."""
+    _, end = block_bounds(lines, t)
+    last = next((line.strip() for line in reversed(lines[t + 1 : end]) if line.strip()), "")
+    return f"traceback with no error line, last: {last}" if last else lines[t].strip()
+
+
+def _is_error_line(event: FailureLine) -> bool:
+    """A generic error line (not the wrapper): among these the last one, the one the log ended on, wins."""
+    return event.kind is not FailureKind.CHILD_EXCEPTION
 
 
 def _priority(event: FailureLine) -> int:
-    if event.kind.is_root_cause and (event.fatal or event.kind is FailureKind.NAN):
-        return 0
-    return 1 if event.kind.is_root_cause else 2
+    if event.kind.is_root_cause:
+        return 0 if event.fatal or event.kind is FailureKind.NAN else 1
+    return 3 if event.kind.is_teardown else 2
 
 
-def _verdict(
-    event: FailureLine, before: LogState, exit_code: int | None, phase: Phase
-) -> tuple[Outcome, str]:
+def _verdict(event: FailureLine, stage: str, exit_code: int | None) -> tuple[Outcome, str]:
     kind, detail = event.kind, event.detail
-    stage = _stage(before, phase)
     if kind is FailureKind.BAD_ARGS and exit_code in (2, None):
         return Outcome.BAD_FLAG, f"SGLang rejected the arguments: {detail}"
     if kind is FailureKind.NOT_ENOUGH_MEMORY:
@@ -235,6 +263,8 @@ def _verdict(
         return Outcome.OOM, f"CUDA out of memory {stage}: {detail}"
     if kind is FailureKind.KV_EXHAUSTED:
         return Outcome.OOM, f"KV cache exhausted {stage}: {detail}"
+    if kind is FailureKind.REQ_SLOTS_EXHAUSTED:
+        return Outcome.OOM, f"request slots exhausted {stage}: {detail}"
     if kind is FailureKind.UNSUPPORTED_ARCH:
         return Outcome.UNSUPPORTED, f"kernel not built for this GPU {stage}: {detail}"
     if kind is FailureKind.NAN:
@@ -243,12 +273,22 @@ def _verdict(
         return Outcome.HANG, f"server hung {stage}: {detail}"
     if kind is FailureKind.MEMORY_IMBALANCE:
         return Outcome.INFRA_ERROR, f"another process holds GPU memory: {detail}"
+    if stage == "at capture" and not kind.is_teardown:
+        return Outcome.CAPTURE_FAILED, f"CUDA-graph capture failed: {detail}"
     return Outcome.CRASHED, f"server {_exit_text(exit_code)} {stage}: {detail}"
 
 
-def _stage(state: LogState, phase: Phase) -> str:
-    if state.ready_seen or phase in (Phase.GATE, Phase.BENCH):
+_UNDER_LOAD_ONLY = frozenset({FailureKind.KV_EXHAUSTED, FailureKind.REQ_SLOTS_EXHAUSTED})
+
+
+def _stage(state: LogState, phase: Phase, frames_say: str | None, kind: FailureKind | None) -> str:
+    """'under load', 'at capture', 'at warmup' or 'at load': by the log lines, the frames, the phase."""
+    if state.ready_seen or state.serving or phase in (Phase.GATE, Phase.BENCH):
         return "under load"
+    if frames_say == "serving" or kind in _UNDER_LOAD_ONLY:
+        return "under load"
+    if frames_say == "capture":
+        return "at capture"
     return {"capture": "at capture", "warmup": "at warmup"}.get(state.stage, "at load")
 
 
@@ -281,7 +321,7 @@ def _excerpt(lines: Sequence[str], i: int) -> str:
     """The proving line with the traceback it ends (if any) and a few lines around it, at most 40."""
     start = max(i - 3, 0)
     for j in range(i, max(i - 500, -1), -1):
-        if _TRACEBACK_START.search(lines[j]):
+        if TRACEBACK_START.search(lines[j]):
             start = max(j - 1, 0)
             break
     end = min(i + 4, len(lines))

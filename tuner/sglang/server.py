@@ -25,6 +25,8 @@ import httpx
 from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts
 from tuner.errors import LaunchError
 from tuner.sglang import logs
+from tuner.sglang.log_events import Ready
+from tuner.sglang.log_parse import parse_line
 from tuner.sglang.options import version_key
 from tuner.sglang.process import ProcessGroup, StopReport, ensure_port_free, wait_port_free
 
@@ -84,7 +86,7 @@ class ServerProcess:
 
     def _on_line(self, line: str) -> None:
         now = self._clock()
-        event = logs.parse_line(line)
+        event = parse_line(line)
         with self._lock:
             self._tail.append(line)
             self._count += 1
@@ -93,7 +95,7 @@ class ServerProcess:
                 self.first_line_at = now
             if event is not None:
                 self._state = self._state.apply(event)
-                if self.ready_line_at is None and isinstance(event, logs.Ready):
+                if self.ready_line_at is None and isinstance(event, Ready):
                     self.ready_line_at = now
             if self.fatal_at is None and logs.is_fatal(line):
                 self.fatal_at = now
@@ -241,11 +243,15 @@ class ServerProcess:
 
     def classify(self, phase: Phase) -> Failure:
         """The failure the log and exit status show, for the given phase."""
-        outcome, message, excerpt = logs.classify_failure(
-            self.lines(), exit_code=self.exit_code(), phase=phase
-        )
+        verdict = logs.classify_failure(self.lines(), exit_code=self.exit_code(), phase=phase)
         return Failure(
-            outcome=outcome, phase=phase, message=message, excerpt=excerpt, exit_code=self.exit_code()
+            outcome=verdict.outcome,
+            phase=phase,
+            message=verdict.message,
+            excerpt=verdict.excerpt,
+            exit_code=self.exit_code(),
+            backend=verdict.backend,
+            backend_role=verdict.role,
         )
 
     def _watchdog_failure(self, outcome: Outcome, message: str) -> Failure:

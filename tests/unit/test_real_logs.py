@@ -1,0 +1,65 @@
+"""The log classifier over real SGLang logs posted in public issues (tests/fixtures/real_logs).
+
+Each fixture is classified the way ServerProcess does it: the lines as they came, the exit
+status and the phase the tuner would be in (launch unless the index says otherwise). The
+index gives the source of every excerpt and what it must be classified as.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tuner.config import Phase
+from tuner.sglang.logs import LogState, classify_failure
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_logs"
+INDEX: dict[str, dict[str, Any]] = yaml.safe_load((FIXTURES / "INDEX.yaml").read_text(encoding="utf-8"))
+
+
+def mismatches(name: str, entry: dict[str, Any]) -> list[str]:
+    """What the classifier got wrong on one fixture (empty: all right)."""
+    lines = (FIXTURES / f"{name}.log").read_text(encoding="utf-8").splitlines()
+    expect = entry["expect"]
+    wrong = []
+    if "retractions" in expect:
+        counted = LogState.from_lines(lines).retractions
+        if counted != expect["retractions"]:
+            wrong.append(f"retractions {counted} != {expect['retractions']}")
+    if expect.get("outcome") is None:
+        return wrong
+    verdict = classify_failure(
+        lines, exit_code=entry.get("exit_code", -9), phase=Phase(entry.get("phase", "launch"))
+    )
+    if verdict.outcome.value != expect["outcome"]:
+        wrong.append(f"outcome {verdict.outcome.value} != {expect['outcome']}")
+    for key in ("stage", "message"):
+        if expect.get(key) and expect[key] not in verdict.message:
+            wrong.append(f"{key} {expect[key]!r} not in {verdict.message!r}")
+    for key, got in (("backend", verdict.backend), ("role", verdict.role)):
+        if key in expect and got != expect[key]:
+            wrong.append(f"{key} {got!r} != {expect[key]!r}")
+    return wrong
+
+
+def test_index_and_fixtures_match() -> None:
+    logs = {path.stem for path in FIXTURES.glob("*.log")}
+    assert logs == set(INDEX), "every fixture has an index entry and every entry a fixture"
+    for name, entry in INDEX.items():
+        assert entry["source"].startswith("https://github.com/"), name
+        assert "version" in entry and "expect" in entry, name
+        assert 1 <= len((FIXTURES / f"{name}.log").read_text(encoding="utf-8").splitlines()) <= 80, name
+
+
+@pytest.mark.parametrize("name", sorted(INDEX))
+def test_real_log_is_classified_as_expected(name: str) -> None:
+    assert mismatches(name, INDEX[name]) == []
+
+
+def test_corpus_covers_the_failure_classes() -> None:
+    outcomes = {entry["expect"].get("outcome") for entry in INDEX.values()}
+    assert {"oom", "unsupported", "capture_failed", "nan", "bad_flag", "crashed", None} <= outcomes
+    assert len(INDEX) >= 25
