@@ -12,15 +12,17 @@ spread (min–max) over the runs of:
   zero-gap  share of ITL gaps < 50 µs (%)
   CPU %     client CPU / wall over T0..T1
 
-Clients: `tuner` (run_benchmark, HttpBackend.AIOHTTP: streams over aiohttp
-directly, httpx for the control endpoints), `httpx` (the same stage code
-over httpx's native transport, HttpBackend.NATIVE) and `aiohttp-ref` (a
+Clients: `tuner` (run_benchmark: streams over aiohttp directly, httpx for the
+control endpoints), `httpx` (a minimal client over plain httpx with its own
+pool, what a benchmark written the obvious way gets) and `aiohttp-ref` (a
 minimal aiohttp + iter_any client that starts its whole wave back to back:
-the baseline that proves the fake server is not the limit, §9 step 4).
+the baseline that proves the fake server is not the limit, §9 step 4). The two
+minimal clients share the wave and the SSE bookkeeping below; only the
+transport differs.
 Each run: warmup of C requests, flush, 1 s settle, then N = 3·C measured
 requests.
 
-    .venv/bin/python benchmarks/bench_client.py [--reps 3] [--httpx-reps 1]   (≈ 2.5 min; native httpx is slow)
+    .venv/bin/python benchmarks/bench_client.py [--reps 3] [--httpx-reps 1]   (≈ 2.5 min; plain httpx is slow)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 FAKE_DIR = ROOT / "fakeserver"
@@ -81,8 +84,7 @@ def server_stats(port: int) -> dict[str, float]:
 # ---------------------------------------------------------------- child side
 
 
-def child_tuner(port: int, conc: int, tokens: int, backend: str) -> dict[str, float]:
-    from tuner.bench.client import HttpBackend
+def child_tuner(port: int, conc: int, tokens: int) -> dict[str, float]:
     from tuner.bench.runner import benchmark
     from tuner.bench.settings import Api, BenchSettings, LoadPoint, RequestTimeouts, Workload
 
@@ -91,7 +93,7 @@ def child_tuner(port: int, conc: int, tokens: int, backend: str) -> dict[str, fl
         load_points=(LoadPoint(concurrency=conc, num_prompts=3 * conc),),
         timeouts=RequestTimeouts(stage_deadline_s=240.0),
     )
-    res = benchmark(f"http://127.0.0.1:{port}", settings, http_backend=HttpBackend(backend))
+    res = benchmark(f"http://127.0.0.1:{port}", settings)
     point = res.points[0]
     m = point.metrics
     events = sum(r.content_events for r in point.records)
@@ -108,78 +110,123 @@ def child_tuner(port: int, conc: int, tokens: int, backend: str) -> dict[str, fl
     }
 
 
+class _Wave:
+    """The SSE bookkeeping of a minimal client: content events, TTFTs and gaps."""
+
+    def __init__(self) -> None:
+        self.ttfts: list[float] = []
+        self.gaps: list[float] = []
+        self.count = 0
+
+    async def stream(self, chunks: Any, t0: float) -> None:
+        import orjson
+
+        first = prev = None
+        buf = b""
+        async for chunk in chunks:
+            t = time.perf_counter()
+            buf += chunk
+            *events, buf = buf.split(b"\n\n")
+            for ev in events:
+                data = ev[6:]
+                if data == b"[DONE]":
+                    continue
+                choices = orjson.loads(data).get("choices")
+                if choices and choices[0]["delta"].get("content"):
+                    self.count += 1
+                    if first is None:
+                        first = t
+                        self.ttfts.append(t - t0)
+                    else:
+                        self.gaps.append(t - prev)  # type: ignore[operator]
+                    prev = t
+
+
+def _body(tokens: int) -> bytes:
+    import orjson
+
+    return orjson.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_completion_tokens": tokens,
+            "stream": True,
+        }
+    )
+
+
+async def _measure(one: Any, conc: int) -> dict[str, float]:
+    """Warmup wave of C, 1 s settle, then 3·C requests at concurrency C through `one(wave)`."""
+    import numpy as np
+
+    await asyncio.gather(*(one(_Wave()) for _ in range(conc)))
+    await asyncio.sleep(1.0)
+    wave = _Wave()
+    sem = asyncio.Semaphore(conc)
+
+    async def limited() -> None:
+        async with sem:
+            await one(wave)
+
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(limited() for _ in range(3 * conc)))
+    dur, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    g = np.asarray(wave.gaps)
+    return {
+        "events": wave.count,
+        "duration_s": dur,
+        "cpu_s": cpu,
+        "ttft_p99_ms": float(np.percentile(np.asarray(wave.ttfts) * 1e3, 99)),
+        "itl_p50_ms": float(np.median(g) * 1e3),
+        "zero_gap": float(np.mean(g < 50e-6)),
+        "failed": 0,
+        "client_bound": 0.0,
+        "lag_p99_ms": 0.0,
+    }
+
+
 def child_aiohttp_ref(port: int, conc: int, tokens: int) -> dict[str, float]:
     import aiohttp
-    import numpy as np
-    import orjson
+    import uvloop
+
+    url, body = f"http://127.0.0.1:{port}/v1/chat/completions", _body(tokens)
 
     async def main() -> dict[str, float]:
         conn = aiohttp.TCPConnector(limit=conc)
         async with aiohttp.ClientSession(connector=conn, read_bufsize=4 << 20) as session:
-            sem = asyncio.Semaphore(conc)
-            ttfts: list[float] = []
-            gaps: list[float] = []
-            count = [0]
 
-            async def one() -> None:
-                body = orjson.dumps(
-                    {
-                        "model": "m",
-                        "messages": [{"role": "user", "content": "hi"}],
-                        "max_completion_tokens": tokens,
-                        "stream": True,
-                    }
-                )
-                async with sem:
-                    t0 = time.perf_counter()
-                    first = prev = None
-                    async with session.post(
-                        f"http://127.0.0.1:{port}/v1/chat/completions",
-                        data=body,
-                        headers={"Content-Type": "application/json"},
-                    ) as resp:
-                        buf = b""
-                        async for chunk in resp.content.iter_any():
-                            t = time.perf_counter()
-                            buf += chunk
-                            *events, buf = buf.split(b"\n\n")
-                            for ev in events:
-                                data = ev[6:]
-                                if data == b"[DONE]":
-                                    continue
-                                obj = orjson.loads(data)
-                                ch = obj.get("choices")
-                                if ch and ch[0]["delta"].get("content"):
-                                    count[0] += 1
-                                    if first is None:
-                                        first = t
-                                        ttfts.append(t - t0)
-                                    else:
-                                        gaps.append(t - prev)  # type: ignore[operator]
-                                    prev = t
+            async def one(wave: _Wave) -> None:
+                t0 = time.perf_counter()
+                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+                    await wave.stream(resp.content.iter_any(), t0)
 
-            await asyncio.gather(*(one() for _ in range(conc)))  # warmup wave
-            await asyncio.sleep(1.0)
-            ttfts.clear()
-            gaps.clear()
-            count[0] = 0
-            cpu0, t0 = time.process_time(), time.perf_counter()
-            await asyncio.gather(*(one() for _ in range(3 * conc)))
-            dur, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-            g = np.asarray(gaps)
-            return {
-                "events": count[0],
-                "duration_s": dur,
-                "cpu_s": cpu,
-                "ttft_p99_ms": float(np.percentile(np.asarray(ttfts) * 1e3, 99)),
-                "itl_p50_ms": float(np.median(g) * 1e3),
-                "zero_gap": float(np.mean(g < 50e-6)),
-                "failed": 0,
-                "client_bound": 0.0,
-                "lag_p99_ms": 0.0,
-            }
+            return await _measure(one, conc)
 
+    return uvloop.run(main())
+
+
+def child_httpx_ref(port: int, conc: int, tokens: int) -> dict[str, float]:
+    import httpx
     import uvloop
+
+    body = _body(tokens)
+
+    async def main() -> dict[str, float]:
+        limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
+        timeout = httpx.Timeout(60.0, pool=None)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=timeout
+        ) as client:
+
+            async def one(wave: _Wave) -> None:
+                t0 = time.perf_counter()
+                headers = {"Content-Type": "application/json"}
+                async with client.stream(
+                    "POST", "/v1/chat/completions", content=body, headers=headers
+                ) as resp:
+                    await wave.stream(resp.aiter_raw(), t0)
+
+            return await _measure(one, conc)
 
     return uvloop.run(main())
 
@@ -231,7 +278,7 @@ def summarize(rows: list[dict[str, float]]) -> dict[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3, help="runs of the tuner client per shape")
-    ap.add_argument("--httpx-reps", type=int, default=1, help="runs of the native-httpx client per shape")
+    ap.add_argument("--httpx-reps", type=int, default=1, help="runs of the plain-httpx client per shape")
     ap.add_argument("--ref-reps", type=int, default=1, help="runs of the aiohttp reference client per shape")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -240,12 +287,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         sys.path.insert(0, str(ROOT.parent))
-        if args.child == "aiohttp-ref":
-            res = child_aiohttp_ref(args.port, args.conc, args.tokens)
-        else:
-            res = child_tuner(
-                args.port, args.conc, args.tokens, "aiohttp" if args.child == "tuner" else "native"
-            )
+        child = {"aiohttp-ref": child_aiohttp_ref, "httpx": child_httpx_ref, "tuner": child_tuner}[args.child]
+        res = child(args.port, args.conc, args.tokens)
         print(json.dumps(res))
         return
 
