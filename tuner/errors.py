@@ -2,13 +2,15 @@
 
     TunerError                       anything a user can cause; the CLI prints one line, exits non-zero
     ├── ConfigError                  bad space file, unknown flag, bad CLI value (exit 2)
-    │   └── FlagError                an argv the target SGLang would reject
+    │   ├── FlagError                an argv the target SGLang would reject
+    │   └── ProfileError             the trial asked for cannot be exported or confirmed
     ├── LaunchError                  the server could not be started or stopped cleanly
     │   ├── PortInUseError           the chosen port is held by another process
     │   ├── GpuBusyError             the GPUs hold memory of processes that are not ours
     │   └── ReleaseTimeoutError      a stopped server's processes or memory did not go away
     ├── BenchmarkError               the benchmark stage could not run (not a slow server)
     ├── StoreError                   the experiments database cannot be opened or written
+    ├── ReportError                  a study cannot be summarised (unknown, empty, contradictory)
     └── GpuError                     NVML is missing or failed
 
 A failing *trial* (crash, OOM, NaN) is not an exception: it is data, a
@@ -34,6 +36,10 @@ class FlagError(ConfigError):
     """An argv the target SGLang version's parser would reject."""
 
 
+class ProfileError(ConfigError):
+    """The trial asked for cannot be exported or confirmed (unknown, failed, infeasible, none left)."""
+
+
 class LaunchError(TunerError):
     """The server could not be started or stopped cleanly."""
 
@@ -56,6 +62,10 @@ class BenchmarkError(TunerError):
 
 class StoreError(TunerError):
     """The experiments database cannot be opened or written."""
+
+
+class ReportError(TunerError):
+    """A study cannot be summarised: unknown, empty, or its records contradict each other."""
 
 
 class GpuError(TunerError):

@@ -13,7 +13,8 @@ import yaml
 from report_builders import SIM_LAUNCHER, make_row, study_data
 
 from tuner.config import Outcome
-from tuner.report.export import ProfileError, build_profile, choose_best, select, spreads, utopia_distances
+from tuner.errors import ProfileError
+from tuner.report.export import build_profile, choose_best, select, spreads, utopia_distances
 from tuner.report.profile import profile_dict, render_json, render_sh, render_yaml, split_launcher
 from tuner.sglang.flags import config_to_argv
 from tuner.sglang.options import build_parser, builtin_table

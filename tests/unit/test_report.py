@@ -12,16 +12,10 @@ import pytest
 from report_builders import frozen, make_row, study_data
 
 from tuner.config import Outcome
+from tuner.errors import ReportError
 from tuner.report.detail import failures_by_class, failures_frame, param_importances, with_latencies
-from tuner.report.frame import (
-    ReportError,
-    compact_params,
-    front_frame,
-    measurements,
-    non_dominated,
-    pareto_front,
-    trials_frame,
-)
+from tuner.report.frame import compact_params, measurements, trials_frame
+from tuner.report.pareto import front_frame, non_dominated, pareto_front
 
 
 def test_non_dominated_honours_directions_and_keeps_equal_points() -> None:

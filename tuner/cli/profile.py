@@ -69,16 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     report.set_defaults(handler=cmd_report)
 
 
-def _study_arg(args: argparse.Namespace) -> str | None:
-    if args.study is None and getattr(args, "space", None) is not None:
-        from tuner.space.loader import load_space
-        from tuner.store.sql import SqlStore, database_url
+def _preferred(args: argparse.Namespace) -> str | None:
+    """The study of the --space given, if any (the database's only study otherwise)."""
+    if getattr(args, "space", None) is None:
+        return None
+    from tuner.space.loader import load_space
 
-        name = load_space(args.space).study_name
-        with SqlStore(database_url(args.db)) as store:
-            return name if name in store.studies() else None
-    study: str | None = args.study
-    return study
+    return load_space(args.space).study_name
 
 
 def _table(version: str, space_path: Path | None) -> Any:
@@ -101,7 +98,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.report.profile import render
     from tuner.store.sql import database_url
 
-    data = load_study_data(database_url(args.db), _study_arg(args))
+    data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args))
     if args.trial is None and (args.allow_infeasible and not args.best):
         raise ConfigError(
             "--allow-infeasible: expected --trial N with it (--best only picks feasible trials)"
@@ -192,12 +189,13 @@ def _as_choice(row: Any) -> Any:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from tuner.report.detail import failures_frame, param_importances, requests_frame
-    from tuner.report.frame import front_frame, load_study_data, pareto_front, trials_frame
+    from tuner.report.frame import load_study_data, trials_frame
+    from tuner.report.pareto import front_frame, pareto_front
     from tuner.report.plots import history_plot, latency_plot, metric_vs_param_plot, pareto_plot, save_png
     from tuner.store.sql import SqlStore, database_url
 
     url = database_url(args.db)
-    data = load_study_data(url, _study_arg(args))
+    data = load_study_data(url, args.study, preferred=_preferred(args))
     front = pareto_front(data)
     frame = trials_frame(data, front)
     out: Path = args.out

@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"study {summary.study_name}: {summary.completed}/{summary.budget or '∞'} trials finished"
         f"{' (interrupted; run the same command to resume)' if summary.interrupted else ''}"
     )
-    from tuner.report.frame import print_status
+    from tuner.report.status import print_status
 
     print_status(runner.store, summary.study_name, runner.study)
     return 130 if summary.interrupted else 0
@@ -173,22 +173,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from tuner.report.frame import print_status
+    from tuner.report.status import print_status
     from tuner.store.sql import SqlStore, database_url
 
     store = SqlStore(database_url(args.db))
-    name = args.study
-    if name is None and args.space is not None:
+    preferred = None
+    if args.space is not None:
         from tuner.space.loader import load_space
 
-        name = load_space(args.space).study_name
-    if name is None:
-        names = store.studies()
-        if len(names) != 1:
-            raise ConfigError(
-                f"--study is needed: the database holds {len(names)} studies ({', '.join(names)})"
-            )
-        name = names[0]
+        preferred = load_space(args.space).study_name
+    name = store.resolve_study(args.study, preferred=preferred)
     print_status(store, name, None)
     return 0
 

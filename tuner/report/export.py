@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from tuner.errors import ConfigError
+from tuner.errors import ProfileError
 from tuner.metrics import SPREAD_METRICS
-from tuner.report.frame import StudyData, compact_params, measurements, pareto_front
+from tuner.report.frame import StudyData, compact_params, measurements
+from tuner.report.pareto import pareto_front
 from tuner.store.rows import StoredTrial
 
 __all__ = [
@@ -45,10 +46,6 @@ __all__ = [
 ]
 
 PREFERENCES = ("throughput", "kv", "balanced")
-
-
-class ProfileError(ConfigError):
-    """The trial asked for cannot be exported or confirmed (unknown, failed, infeasible, none left)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

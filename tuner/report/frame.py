@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,23 +27,17 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
-from tuner.errors import ConfigError, StoreError, TunerError
+from tuner.errors import StoreError
 from tuner.metrics import METRICS
 from tuner.store.codec import finite
 from tuner.store.rows import StoredTrial
 from tuner.store.sql import SqlStore, mask_url, optuna_storage_kwargs
 
 __all__ = [
-    "ReportError",
     "StudyData",
     "compact_params",
-    "front_frame",
     "load_study_data",
     "measurements",
-    "pareto_front",
-    "pareto_numbers",
-    "print_status",
-    "resolve_study",
     "trials_frame",
 ]
 
@@ -51,10 +45,6 @@ log = logging.getLogger(__name__)
 
 MEASURED = tuple(METRICS)
 EXCERPT_LINES = 12
-
-
-class ReportError(TunerError):
-    """A study cannot be summarised: unknown, empty, or its records contradict each other."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,26 +79,10 @@ class StudyData:
 # ------------------------------------------------------------------------------------- loading
 
 
-def resolve_study(store: SqlStore, name: str | None) -> str:
-    """`name` if the database has it; with None, the database's only study; else ConfigError."""
-    names = store.studies()
-    if name is None:
-        if len(names) == 1:
-            return names[0]
-        listed = ", ".join(names) or "none"
-        raise ConfigError(
-            f"--study: expected one of the studies in {mask_url(store.url)} (found {len(names)}: {listed})"
-        )
-    if name not in names:
-        listed = ", ".join(names) or "none"
-        raise ConfigError(f"study {name!r}: not in {mask_url(store.url)} (studies there: {listed})")
-    return name
-
-
-def load_study_data(url: str, study: str | None = None) -> StudyData:
-    """Read one study's rows and Optuna trials (the I/O edge of the reports)."""
+def load_study_data(url: str, study: str | None = None, *, preferred: str | None = None) -> StudyData:
+    """Read one study's rows and Optuna trials (the I/O edge of the reports); see SqlStore.resolve_study."""
     with SqlStore(url) as store:
-        name = resolve_study(store, study)
+        name = store.resolve_study(study, preferred=preferred)
         rows = store.trials(name)
     try:
         with warnings.catch_warnings():
@@ -317,109 +291,3 @@ def failure_class(row: StoredTrial | None) -> str | None:
     if not row.outcome.measured:
         return str(row.outcome.value)
     return None if row.feasible else str(Outcome.SLO_VIOLATION.value)
-
-
-def front_frame(data: StudyData, front: Sequence[int] | None = None) -> pd.DataFrame:
-    """The Pareto front as a table: trial, knobs and the objectives first, best first on objective 0."""
-    numbers = pareto_front(data) if front is None else tuple(front)
-    frame = trials_frame(data, numbers)
-    frame = frame[frame["trial"].isin(numbers)]
-    objectives = [m for m in data.metric_names if m in frame.columns]
-    first = ["trial", "knobs", *objectives]
-    rest = [
-        c
-        for c in (
-            "kv_tokens",
-            "output_throughput",
-            "total_throughput",
-            "ttft_p99_ms",
-            "tpot_p99_ms",
-            "min_free_vram_mib",
-            "n_confirm",
-        )
-        if c not in first
-    ]
-    ascending = bool(data.directions and data.directions[0] == "minimize")
-    if objectives:
-        frame = frame.sort_values(objectives[0], ascending=ascending)
-    return frame[[*first, *rest, *frame.attrs.get("params", [])]].reset_index(drop=True)
-
-
-# ------------------------------------------------------------------------------------ Pareto
-
-
-def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
-    """a is at least as good as b everywhere and better somewhere (signs: +1 maximise, -1 minimise)."""
-    better = False
-    for x, y, s in zip(a, b, signs, strict=False):
-        if s * x < s * y:
-            return False
-        if s * x > s * y:
-            better = True
-    return better
-
-
-def non_dominated(points: Mapping[int, Sequence[float]], directions: Sequence[str]) -> tuple[int, ...]:
-    """Keys of the points no other point dominates (equal points are all kept, as Optuna does)."""
-    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
-    return tuple(
-        sorted(
-            k
-            for k, p in points.items()
-            if not any(_dominates(q, p, signs) for j, q in points.items() if j != k)
-        )
-    )
-
-
-def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
-    """Trial numbers on the Pareto front of the study's objectives among feasible trials.
-
-    Computed from the tuner's rows (recorded feasibility and metrics; a reused
-    result counts with its original's numbers) and compared with Optuna's
-    best_trials. Disagreement raises ReportError (strict) or is logged as an error.
-    """
-    points: dict[int, tuple[float, ...]] = {}
-    numbers = (
-        [t.number for t in data.trials if t.state is TrialState.COMPLETE]
-        if data.trials
-        else [r.trial_number for r in data.rows if r.confirm_of is None and r.trial_number is not None]
-    )
-    missing = []
-    for number in numbers:
-        row = data.row_of(number)
-        if row is None:
-            missing.append(number)
-            continue
-        if not row.feasible:
-            continue
-        values = measurements(row)
-        point = tuple(values.get(m) for m in data.metric_names)
-        if any(v is None for v in point):
-            missing.append(number)
-            continue
-        points[number] = point  # type: ignore[assignment]  # None excluded above
-    ours = non_dominated(points, data.directions)
-    theirs = data.best_numbers
-    if theirs is not None and tuple(sorted(theirs)) != ours:
-        detail = f"; trials without a usable record: {missing}" if missing else ""
-        message = (
-            f"study {data.name!r}: the Pareto front from the tuner's records is trials {list(ours)}, "
-            f"Optuna's best_trials is {list(theirs)} (objectives {', '.join(data.metric_names)}){detail}; "
-            f"the experiments database contradicts itself"
-        )
-        if strict:
-            raise ReportError(message)
-        log.error("%s", message)
-    return ours
-
-
-def pareto_numbers(study: optuna.Study) -> list[int]:
-    """Optuna's Pareto front among feasible COMPLETE trials (its constraints honoured)."""
-    return sorted(t.number for t in study.best_trials)
-
-
-def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, console: Any = None) -> None:
-    """Trials, failures by class and the Pareto front, as rich tables (see tuner.report.status)."""
-    from tuner.report.status import print_status as _print
-
-    _print(store, study_name, study, console)

@@ -10,15 +10,10 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
+from tuner.errors import ReportError
 from tuner.report.detail import failures_by_class
-from tuner.report.frame import (
-    ReportError,
-    StudyData,
-    load_study_data,
-    param_legend,
-    pareto_front,
-    trials_frame,
-)
+from tuner.report.frame import StudyData, load_study_data, param_legend, trials_frame
+from tuner.report.pareto import pareto_front
 from tuner.store.sql import SqlStore
 
 _STATUS_STYLE = {"feasible": "green", "infeasible": "yellow", "failed": "red"}

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from tuner.config import TrialResult, Verdict
-from tuner.errors import StoreError
+from tuner.errors import ConfigError, StoreError
 from tuner.store.codec import loads, redact_argv, redact_env
 from tuner.store.rows import StoredTrial, request_rows, stored_trial, trial_row
 from tuner.store.schema import (
@@ -309,6 +309,23 @@ class SqlStore:
         with self._guard("list studies"), self._engine.connect() as conn:
             names = conn.execute(sa.select(t.c.study).distinct().order_by(t.c.study)).scalars().all()
         return tuple(names)
+
+    def resolve_study(self, name: str | None, *, preferred: str | None = None) -> str:
+        """The study a command means: `name` if given (it must exist), else `preferred` (a space's
+        study) if the database has it, else the database's only study; ConfigError otherwise."""
+        names = self.studies()
+        listed = ", ".join(names) or "none"
+        if name is not None:
+            if name not in names:
+                raise ConfigError(f"study {name!r}: not in {mask_url(self.url)} (studies there: {listed})")
+            return name
+        if preferred is not None and preferred in names:
+            return preferred
+        if len(names) == 1:
+            return names[0]
+        raise ConfigError(
+            f"--study: expected one of the studies in {mask_url(self.url)} (found {len(names)}: {listed})"
+        )
 
     def close(self) -> None:
         """Release the pooled connections."""

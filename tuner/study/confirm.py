@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuner.config import Outcome, TrialResult
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, ProfileError
 from tuner.objectives import judge
-from tuner.report.export import ProfileError, select
+from tuner.report.export import select
 from tuner.report.frame import load_study_data
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.store.sql import SqlStore
@@ -50,20 +50,6 @@ class ConfirmRun:
         return not self.interrupted and all(o is Outcome.OK for o in self.outcomes)
 
 
-def _study_name(space: SearchSpace, store: SqlStore, study: str | None) -> str:
-    if study is not None:
-        return study
-    names = store.studies()
-    if space.study_name in names:
-        return space.study_name
-    if len(names) == 1:
-        return names[0]
-    raise ConfigError(
-        f"--study: the space's study {space.study_name!r} is not in the database; expected one of: "
-        f"{', '.join(names) or 'none'}"
-    )
-
-
 def confirm(
     space: SearchSpace,
     *,
@@ -80,7 +66,7 @@ def confirm(
     if repeats < 1:
         raise ConfigError(f"--repeats: expected at least 1 (got {repeats})")
     with SqlStore(db_url) as store:
-        name = _study_name(space, store, study)
+        name = store.resolve_study(study, preferred=space.study_name)
         data = load_study_data(db_url, name)
         choice = select(
             data, trial=trial, prefer=prefer, min_free_mib=min_free_mib, allow_infeasible=allow_infeasible
