@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from tuner.bench.settings import LoadPoint, Workload  # noqa: E402
 from tuner.engine import engine_for, probe_for  # noqa: E402
+from tuner.session import TrialContext  # noqa: E402
 from tuner.space.loader import config_from_params, load_space  # noqa: E402
-from tuner.trial import TrialContext, run_trial  # noqa: E402
+from tuner.trial import run_trial  # noqa: E402
 
 SEED_BS = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64]
 CASES = (

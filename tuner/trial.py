@@ -11,17 +11,12 @@ back, the log directory cannot be written).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Literal, TypeVar, cast
 
-from tuner.bench.runner import benchmark
 from tuner.bench.types import BenchResult
 from tuner.config import (
     Failure,
@@ -34,21 +29,16 @@ from tuner.config import (
     TrialConfig,
     TrialResult,
 )
-from tuner.engine import Engine, engine_for, probe_for
-from tuner.errors import FlagError, GpuBusyError, LaunchError, ReleaseTimeoutError
+from tuner.errors import GpuBusyError, LaunchError, ReleaseTimeoutError
 from tuner.gate.checks import GateResult, GateVerdict
-from tuner.gate.run import gate
-from tuner.gpu.sampler import GpuProbe, MemorySampler, check_gpus_free, wait_for_release
+from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
+from tuner.session import TrialContext, prepare_launch
 from tuner.sglang import logs
-from tuner.sglang.flags import min_gpus, render_flags, validate_flags
-from tuner.sglang.orphans import LiveServers
-from tuner.sglang.process import free_port
+from tuner.sglang.flags import min_gpus
 from tuner.sglang.server import ServerProcess
-from tuner.space.loader import SearchSpace
 
 log = logging.getLogger(__name__)
 
-PhaseCallback = Callable[[Phase, str], None]
 T = TypeVar("T")
 BusyPolicy = Literal["wait", "fail", "ignore"]
 
@@ -58,111 +48,6 @@ _GATE_OUTCOME = {
     GateVerdict.GARBAGE: Outcome.GARBAGE,
     GateVerdict.ERROR: Outcome.GATE_ERROR,
 }
-
-
-GateStage = Callable[..., GateResult]
-BenchStage = Callable[..., BenchResult]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TrialContext:
-    """What every trial of a study shares: the space, the engine, the GPU probe, where logs go.
-
-    `gate` and `bench` are the measuring stages (the HTTP gate and the benchmark client by
-    default); a test or another caller hands in its own.
-    """
-
-    space: SearchSpace
-    engine: Engine
-    probe: GpuProbe
-    log_dir: Path
-    progress: bool = False
-    on_phase: PhaseCallback | None = None
-    live: LiveServers | None = None
-    gate: GateStage = gate
-    bench: BenchStage = benchmark
-
-
-@contextlib.contextmanager
-def trial_session(
-    space: SearchSpace, *, progress: bool = False, state_root: Path | None = None
-) -> Iterator[TrialContext]:
-    """Everything trials need, set up once: engine, GPU probe, live-server records; orphans stopped first.
-
-    `run`, `trial` and `confirm` all go through here, so a server left by a killed run is stopped
-    before any of them launches, and the probe is closed however the block ends.
-    """
-    run_dir = Path(space.log_dir)
-    engine = engine_for(space, state_root=state_root or run_dir)
-    probe = probe_for(engine)
-    try:
-        live = LiveServers(run_dir)
-        killed = live.stop_orphans()
-        if killed:
-            log.warning("stopped %d process(es) of servers left by a killed run", len(killed))
-        yield TrialContext(
-            space=space, engine=engine, probe=probe, log_dir=run_dir / "logs", progress=progress, live=live
-        )
-    finally:
-        with contextlib.suppress(Exception):
-            probe.close()
-
-
-def render_launch(
-    config: TrialConfig, space: SearchSpace, engine: Engine, *, port: int, log_path: Path
-) -> LaunchSpec:
-    """The exact launch for `config` on the engine's SGLang version; FlagError if it would be rejected.
-
-    Its `key` names the effective launch (flags without host and port, environment, release):
-    two configurations with the same key start the same server.
-    """
-    flags = render_flags(config, engine.table, fixed=dict(space.fixed_flags), host=space.host, port=port)
-    validate_flags(flags, engine.table)
-    env = (*engine.env, *space.env)
-    return LaunchSpec(
-        argv=(*engine.launcher, *flags),
-        env=env,
-        host=space.host,
-        port=port,
-        gpus=space.gpus,
-        log_path=log_path,
-        sglang_version=engine.sglang_version,
-        timeouts=space.timeouts,
-        key=launch_key(flags, space.env, engine.sglang_version),
-    )
-
-
-def launch_key(flags: Sequence[str], env: Sequence[tuple[str, str]], version: str) -> str:
-    """Hash of the effective launch: flags without --host/--port, the space's environment, the release."""
-    kept: list[str] = []
-    skip = False
-    for part in flags:
-        if skip:
-            skip = False
-            continue
-        if part in ("--host", "--port"):
-            skip = True
-            continue
-        kept.append(part)
-    payload = {"argv": kept, "env": sorted(env), "version": version}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def prepare_launch(config: TrialConfig, ctx: TrialContext, *, label: str) -> LaunchSpec | Failure:
-    """The launch of one trial on a free port, or the BAD_FLAG failure the release's flags give."""
-    space = ctx.space
-    log_path = ctx.log_dir / f"{label}.log"
-    try:
-        return render_launch(config, space, ctx.engine, port=free_port(space.host), log_path=log_path)
-    except FlagError as exc:
-        return Failure(outcome=Outcome.BAD_FLAG, phase=Phase.RENDER, message=str(exc))
-
-
-def key_of(prepared: LaunchSpec | Failure) -> str:
-    """The launch key of a prepared launch; for a rejected one, a key of the rejection."""
-    if isinstance(prepared, LaunchSpec):
-        return prepared.key
-    return hashlib.sha256(json.dumps({"invalid": prepared.message}).encode()).hexdigest()[:16]
 
 
 def run_trial(

@@ -13,8 +13,9 @@ import pytest
 
 from tuner.config import Outcome
 from tuner.engine import engine_for, probe_for
+from tuner.session import TrialContext
 from tuner.space.loader import config_from_params, load_space
-from tuner.trial import TrialContext, run_trial
+from tuner.trial import run_trial
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from tuner.bench.client import Flight
-from tuner.bench.runner import _Stage
 from tuner.bench.settings import RequestTimeouts, Workload
+from tuner.bench.stage import Stage
 from tuner.bench.types import OutputSource, RequestRecord
 from tuner.bench.workload import RequestSpec, build_requests
 
@@ -48,7 +48,7 @@ async def _dispatch(concurrency: int | None, n: int) -> list[int]:
 
     loop.call_soon(tick)
     sender = FakeSender(passes)
-    stage = _Stage(RequestTimeouts(), None)
+    stage = Stage(RequestTimeouts(), None)
     specs = build_requests(Workload(input_len=4, output_len=4), n)
     records = await stage.run_requests(sender, specs, label="c", concurrency=concurrency)  # type: ignore[arg-type]
     assert len(records) == n and all(r.success for r in records)

@@ -126,8 +126,9 @@ def _log_to(console: Console) -> Iterator[None]:
 def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
     from tuner.cli.output import print_json
+    from tuner.session import trial_session
     from tuner.space.loader import config_from_params, load_space, parse_set_overrides
-    from tuner.trial import run_trial, trial_session
+    from tuner.trial import run_trial
 
     space = _with_gpus(load_space(args.space), args.gpus)
     params = dict(space.baselines[0]) if space.baselines else {}
@@ -147,8 +148,8 @@ def cmd_trial(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from tuner.engine import engine_for
+    from tuner.session import render_launch
     from tuner.space.loader import config_from_params, enumerate_choices, load_space
-    from tuner.trial import render_launch
 
     space = load_space(args.space)
     engine = engine_for(space, state_root=None, sglang_version=args.sglang_version)

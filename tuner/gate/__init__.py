@@ -1,1 +1,1 @@
-"""gate"""
+"""The correctness gate: prompts (settings), pure verdicts (checks, garbage), the HTTP run (run)."""

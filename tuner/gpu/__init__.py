@@ -1,1 +1,1 @@
-"""gpu"""
+"""GPU memory: the probe protocol (probe), NVML (nvml), simulator state files (files), sampling (sampler)."""

@@ -220,20 +220,93 @@ def _failure(message: str) -> FailureLine | None:
     return None
 
 
+def _server_args(msg: str) -> ServerArgs:
+    found = {key: p.search(msg) for key, p in _ARG.items()}
+    bs, max_bs, disable, mem = (m.group(1) if m else None for m in found.values())
+    return ServerArgs(
+        cuda_graph_bs=_ints(bs),
+        cuda_graph_max_bs=int(max_bs) if max_bs not in (None, "None") else None,
+        disable_cuda_graph=None if disable is None else disable == "True",
+        mem_fraction_static=float(mem) if mem not in (None, "None") else None,
+    )
+
+
+def _capture(m: re.Match[str]) -> LogEvent:
+    words, stage, rest = m.group(1).lower(), m.group(2), m.group(3)
+    f = _fields(rest)
+    graph = (
+        "prefill"
+        if ("prefill" in words or "piecewise" in words)
+        else "verify"
+        if "verify" in words
+        else "decode"
+    )
+    common = {
+        "graph": graph,
+        "draft": "draft" in words,
+        "bs": _ints(f.get("bs")),
+        "avail_mem_gb": _num(f, "avail mem"),
+    }
+    if stage == "begin":
+        return CaptureBegin(**common)  # type: ignore[arg-type]
+    elapsed = _num(f, "elapsed") if "elapsed" in f else _num(f, "time elapsed")
+    return CaptureEnd(elapsed_s=elapsed, mem_usage_gb=_num(f, "mem usage"), **common)  # type: ignore[arg-type]
+
+
+def _summary(msg: str) -> KvSummary:
+    f = _fields(msg)
+    return KvSummary(
+        max_total_num_tokens=int(f["max_total_num_tokens"]),
+        chunked_prefill_size=_int(f, "chunked_prefill_size"),
+        max_prefill_tokens=_int(f, "max_prefill_tokens"),
+        max_running_requests=_int(f, "max_running_requests"),
+        context_len=_int(f, "context_len"),
+        available_gpu_mem_gb=_num(f, "available_gpu_mem"),
+    )
+
+
+def _decode(m: re.Match[str], rank: str | None) -> DecodeBatch:
+    f = _fields(m.group(1))
+    return DecodeBatch(
+        running_req=_int(f, "#running-req"),
+        num_tokens=_int(f, "#token"),
+        token_usage=_num(f, "token usage"),
+        cuda_graph=_bool(f, "cuda graph"),
+        gen_throughput_tok_s=_num(f, "gen throughput (token/s)"),
+        queue_req=_int(f, "#queue-req"),
+        rank=rank,
+    )
+
+
+def _prefill(m: re.Match[str]) -> PrefillBatch:
+    f = _fields(m.group(1))
+    return PrefillBatch(
+        new_seq=_int(f, "#new-seq"),
+        new_token=_int(f, "#new-token"),
+        cached_token=_int(f, "#cached-token"),
+        token_usage=_num(f, "token usage"),
+        running_req=_int(f, "#running-req"),
+        queue_req=_int(f, "#queue-req"),
+        input_throughput_tok_s=_num(f, "input throughput (token/s)"),
+        cuda_graph=_bool(f, "cuda graph"),
+    )
+
+
+def _kv_alloc(m: re.Match[str]) -> KvCacheAllocated:
+    label = m.group(1).strip() or None
+    post = label is not None and label.lower().startswith("post-capture")
+    return KvCacheAllocated(
+        tokens=int(m.group(3)), dtype=m.group(2), label=None if post else label, post_capture=post
+    )
+
+
 def parse_line(line: str) -> LogEvent | None:
     """The event one log line reports, or None for lines that matter to nobody."""
     rank, msg = _split_prefix(clean_line(line))
     if not msg:
         return None
     if _SERVER_ARGS.search(msg):
-        found = {key: p.search(msg) for key, p in _ARG.items()}
-        bs, max_bs, disable, mem = (m.group(1) if m else None for m in found.values())
-        return ServerArgs(
-            cuda_graph_bs=_ints(bs),
-            cuda_graph_max_bs=int(max_bs) if max_bs not in (None, "None") else None,
-            disable_cuda_graph=None if disable is None else disable == "True",
-            mem_fraction_static=float(mem) if mem not in (None, "None") else None,
-        )
+        return _server_args(msg)
     failure = _failure(msg)
     if failure is not None:
         return failure
@@ -242,63 +315,20 @@ def parse_line(line: str) -> LogEvent | None:
     if m := _BACKENDS_OLD.search(msg):
         return SparseBackends(prefill=m.group(1), decode=m.group(2), kv=m.group(3))
     if m := _CAPTURE.search(msg):
-        words, stage, rest = m.group(1).lower(), m.group(2), m.group(3)
-        f = _fields(rest)
-        graph = (
-            "prefill"
-            if ("prefill" in words or "piecewise" in words)
-            else "verify"
-            if "verify" in words
-            else "decode"
-        )
-        common = {
-            "graph": graph,
-            "draft": "draft" in words,
-            "bs": _ints(f.get("bs")),
-            "avail_mem_gb": _num(f, "avail mem"),
-        }
-        if stage == "begin":
-            return CaptureBegin(**common)  # type: ignore[arg-type]
-        elapsed = _num(f, "elapsed") if "elapsed" in f else _num(f, "time elapsed")
-        return CaptureEnd(elapsed_s=elapsed, mem_usage_gb=_num(f, "mem usage"), **common)  # type: ignore[arg-type]
+        return _capture(m)
     if m := _KV_ALLOC.search(msg):
-        label = m.group(1).strip() or None
-        post = label is not None and label.lower().startswith("post-capture")
-        return KvCacheAllocated(tokens=int(m.group(3)), dtype=m.group(2), label=None if post else label,
-                                post_capture=post)  # fmt: skip
+        return _kv_alloc(m)
     if _SUMMARY.search(msg):
-        f = _fields(msg)
-        return KvSummary(
-            max_total_num_tokens=int(f["max_total_num_tokens"]),
-            chunked_prefill_size=_int(f, "chunked_prefill_size"),
-            max_prefill_tokens=_int(f, "max_prefill_tokens"),
-            max_running_requests=_int(f, "max_running_requests"),
-            context_len=_int(f, "context_len"),
-            available_gpu_mem_gb=_num(f, "available_gpu_mem"),
-        )
+        return _summary(msg)
     if m := _DECODE.search(msg):
-        f = _fields(m.group(1))
-        return DecodeBatch(
-            running_req=_int(f, "#running-req"),
-            num_tokens=_int(f, "#token"),
-            token_usage=_num(f, "token usage"),
-            cuda_graph=_bool(f, "cuda graph"),
-            gen_throughput_tok_s=_num(f, "gen throughput (token/s)"),
-            queue_req=_int(f, "#queue-req"),
-            rank=rank,
-        )
+        return _decode(m, rank)
     if m := _PREFILL.search(msg):
-        f = _fields(m.group(1))
-        return PrefillBatch(
-            new_seq=_int(f, "#new-seq"),
-            new_token=_int(f, "#new-token"),
-            cached_token=_int(f, "#cached-token"),
-            token_usage=_num(f, "token usage"),
-            running_req=_int(f, "#running-req"),
-            queue_req=_int(f, "#queue-req"),
-            input_throughput_tok_s=_num(f, "input throughput (token/s)"),
-            cuda_graph=_bool(f, "cuda graph"),
-        )
+        return _prefill(m)
+    return _lifecycle(msg)
+
+
+def _lifecycle(msg: str) -> LogEvent | None:
+    """Load, pool, HTTP and readiness lines, retractions and deprecations."""
     if _LOAD_BEGIN.search(msg):
         return WeightLoadBegin(avail_mem_gb=_num(_fields(msg), "avail mem"))
     if _LOAD_END.search(msg):

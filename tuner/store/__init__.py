@@ -1,1 +1,1 @@
-"""store"""
+"""The experiments database: SqlStore (sql) and its tables (schema), rows (rows) and JSON codec (codec)."""

@@ -1,1 +1,1 @@
-"""study"""
+"""The study: the Optuna ask/tell loop (runner), its storage (storage), re-measuring a trial (confirm)."""

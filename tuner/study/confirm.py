@@ -23,10 +23,11 @@ from tuner.errors import ConfigError, ProfileError
 from tuner.objectives import judge
 from tuner.report.export import select
 from tuner.report.frame import load_study_data
+from tuner.session import key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.store.sql import SqlStore
 from tuner.study.storage import objectives_of
-from tuner.trial import key_of, prepare_launch, run_trial, trial_session
+from tuner.trial import run_trial
 
 __all__ = ["ConfirmRun", "confirm"]
 

@@ -31,12 +31,13 @@ from tuner.engine import Engine
 from tuner.errors import StoreError
 from tuner.interrupts import INTERRUPTS
 from tuner.objectives import is_feasible, judge
+from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.sglang.process import pid_alive
 from tuner.space.loader import SearchSpace, forbidden_reason, suggest
 from tuner.space.sections import Objective
 from tuner.store.sql import SqlStore
 from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, objectives_of, open_study
-from tuner.trial import TrialContext, key_of, prepare_launch, run_trial, trial_session
+from tuner.trial import run_trial
 
 log = logging.getLogger(__name__)
 
