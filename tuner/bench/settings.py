@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationInfo, model_validator
 
@@ -41,16 +41,18 @@ class Workload(Settings):
     api: Api = Field(default=Api.COMPLETIONS, strict=False)
     seed: int = 1
 
-    @model_validator(mode="after")
-    def _dataset_path(self, info: ValidationInfo) -> Workload:
+    @model_validator(mode="before")
+    @classmethod
+    def _dataset_path(cls, data: Any, info: ValidationInfo) -> Any:
         folder = space_dir(info)
-        if folder is None:
-            return self
-        if self.kind is not WorkloadKind.RANDOM and self.path is None:
-            raise mistake(f"a {self.kind.value} workload needs a path to its dataset", at=("path",))
-        if self.path is None or self.path.is_absolute():
-            return self
-        return self.model_copy(update={"path": folder / self.path})
+        if folder is None or not isinstance(data, dict):
+            return data  # built in code: taken as given
+        kind, path = data.get("kind", WorkloadKind.RANDOM.value), data.get("path")
+        if kind in (WorkloadKind.SHAREGPT.value, WorkloadKind.JSONL.value) and path is None:
+            raise mistake(f"a {kind} workload needs a path to its dataset", at=("path",))
+        if isinstance(path, str) and path and not Path(path).is_absolute():
+            return {**data, "path": str(folder / path)}
+        return data
 
 
 class LoadPoint(Settings):

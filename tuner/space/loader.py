@@ -135,7 +135,7 @@ def load_space(path: str | Path, *, environ: Mapping[str, str] | None = None) ->
     doc = read_settings(SpaceFile, top, skip=SpaceFile.line_aware_keys())
     environ = os.environ if environ is None else environ
     try:
-        ctx = flag_context(doc.sglang_version)
+        ctx = flag_context(doc.release)
     except ConfigError as exc:
         raise top.error("sglang_version", str(exc)) from None
 
@@ -152,7 +152,7 @@ def load_space(path: str | Path, *, environ: Mapping[str, str] | None = None) ->
         description=doc.description,
         path=src.path,
         engine=doc.engine,
-        sglang_version=doc.sglang_version,
+        sglang_version=doc.release,
         checked_sglang_version=ctx.checked_version,
         host=doc.host,
         fixed_flags=fixed,

@@ -58,34 +58,41 @@ class EngineSpec(Settings):
 
     @model_validator(mode="before")
     @classmethod
-    def _sim_keys_only_for_sim(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("kind") == "sglang":
+    def _sim_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("kind") == "sglang":
             for key in cls.SIM_ONLY:
                 if key in data:
                     allowed = [k for k in cls.file_keys() if k not in cls.SIM_ONLY]
                     raise mistake(f"unknown key; allowed: {', '.join(allowed)}", at=(key,))
-        return data
-
-    @model_validator(mode="after")
-    def _sim_scenario(self, info: ValidationInfo) -> EngineSpec:
-        if self.kind != "sim":
-            return self
-        if self.scenario is None:
+        if data.get("kind") != "sim":
+            return data
+        if data.get("scenario") is None:
             needs = "the sim engine needs a scenario (a name such as tiny-fast, or a .yaml path)"
             raise mistake(needs, at=("scenario",))
-        scenario = self.scenario
-        folder = space_dir(info)
-        if scenario.endswith((".yaml", ".yml")):
-            if folder is not None:
-                path = Path(scenario) if Path(scenario).is_absolute() else folder / scenario
-                if not path.is_file():
-                    raise mistake(f"scenario file not found: {path}", at=("scenario",))
-                scenario = str(path)
-        elif not re.fullmatch(NAME_PATTERN, scenario):
-            expected = f"expected a scenario name or a .yaml path (got {show(scenario)})"
-            raise mistake(expected, at=("scenario",))
-        version = self.sim_sglang_version or SIM_DEFAULT_SGLANG_VERSION
-        return self.model_copy(update={"scenario": scenario, "sim_sglang_version": version})
+        version = data.get("sim_sglang_version")
+        return {
+            **data,
+            "scenario": _scenario(data["scenario"], space_dir(info)),
+            "sim_sglang_version": SIM_DEFAULT_SGLANG_VERSION if version is None else version,
+        }
+
+
+def _scenario(scenario: object, folder: Path | None) -> object:
+    """A scenario name, or the path of a scenario file (relative to the space file's folder)."""
+    if not isinstance(scenario, str):
+        return scenario
+    if scenario.endswith((".yaml", ".yml")):
+        if folder is None:
+            return scenario
+        path = Path(scenario) if Path(scenario).is_absolute() else folder / scenario
+        if not path.is_file():
+            raise mistake(f"scenario file not found: {path}", at=("scenario",))
+        return str(path)
+    if not re.fullmatch(NAME_PATTERN, scenario):
+        raise mistake(f"expected a scenario name or a .yaml path (got {show(scenario)})", at=("scenario",))
+    return scenario
 
 
 DIRECTIONS = tuple(d.value for d in Direction)
@@ -260,15 +267,20 @@ class SpaceFile(Settings):
     @model_validator(mode="after")
     def _sim_release(self) -> SpaceFile:
         simulated = self.engine.sim_sglang_version
-        if self.engine.kind != "sim" or simulated is None:
-            return self
-        if self.sglang_version not in ("auto", simulated):
+        if self.engine.kind == "sim" and self.sglang_version not in ("auto", simulated):
             raise mistake(
                 f"{self.sglang_version} differs from engine.sim_sglang_version {simulated}; "
                 "for the sim set only the latter",
                 at=("sglang_version",),
             )
-        return self.model_copy(update={"sglang_version": simulated})
+        return self
+
+    @property
+    def release(self) -> str:
+        """The SGLang release the file is checked against: for the sim, the one it imitates."""
+        if self.engine.kind == "sim" and self.engine.sim_sglang_version is not None:
+            return self.engine.sim_sglang_version
+        return self.sglang_version
 
     @classmethod
     def line_aware_keys(cls) -> frozenset[str]:
