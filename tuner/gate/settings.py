@@ -84,7 +84,7 @@ class GateSettings(Settings):
         default=DEFAULT_PROMPTS, strict=False
     )
     burst_size: int | None = Field(default=None, ge=1)  # None = the largest captured CUDA-graph batch (≥ 8)
-    timeout_s: Duration = Field(default=600.0, validation_alias="timeout")
+    timeout_s: Duration = Field(default=600.0, gt=0, validation_alias="timeout")
 
     @field_validator("prompts")
     @classmethod
