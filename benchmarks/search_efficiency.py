@@ -35,14 +35,15 @@ from tuner.study.runner import Hooks, StudyRunner, TrialEvent  # noqa: E402
 
 def _space(kind: str, seed: int) -> SearchSpace:
     space = load_space(ROOT / "search_spaces" / "glm5-nvfp4-sm120-sim.yaml")
-    bench = replace(
-        space.bench,
-        workload=Workload(input_len=64, output_len=8),
-        load_points=(LoadPoint(concurrency=16, num_prompts=16),),
-        warmup_requests=0,
-        settle_s=0.05,
+    bench = space.bench.model_copy(
+        update={
+            "workload": Workload(input_len=64, output_len=8),
+            "load_points": (LoadPoint(concurrency=16, num_prompts=16),),
+            "warmup_requests": 0,
+            "settle_s": 0.05,
+        }
     )
-    sampler = replace(space.sampler, kind=kind, seed=seed, n_startup_trials=5)
+    sampler = space.sampler.model_copy(update={"kind": kind, "seed": seed, "n_startup_trials": 5})
     return replace(space, bench=bench, sampler=sampler, baselines=(), name=f"eff-{kind}-{seed}")
 
 

@@ -43,12 +43,13 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=128)
     args = parser.parse_args()
     space = load_space(ROOT / "search_spaces" / "glm5-nvfp4-sm120-sim.yaml")
-    bench = replace(
-        space.bench,
-        workload=Workload(input_len=331, output_len=256, range_ratio=1.0),
-        load_points=(LoadPoint(concurrency=64, num_prompts=args.prompts),),
-        warmup_requests=8,
-        timeouts=replace(space.bench.timeouts, stage_deadline_s=900),
+    bench = space.bench.model_copy(
+        update={
+            "workload": Workload(input_len=331, output_len=256, range_ratio=1.0),
+            "load_points": (LoadPoint(concurrency=64, num_prompts=args.prompts),),
+            "warmup_requests": 8,
+            "timeouts": space.bench.timeouts.model_copy(update={"stage_deadline_s": 900.0}),
+        }
     )
     space = replace(space, bench=bench)
     print(f"{'config':<22} {'KV tokens':>10} {'seed':>8} {'min free MiB':>13} {'idle free (seed)':>17} "

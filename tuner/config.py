@@ -15,6 +15,10 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+from pydantic import Field
+
+from tuner.settings import Duration, Settings
+
 if TYPE_CHECKING:
     from tuner.bench.types import BenchResult
     from tuner.gate.run import GateResult  # noqa: F401
@@ -103,16 +107,15 @@ class TrialConfig:
     flags: tuple[tuple[str, FlagValue], ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LaunchTimeouts:
-    """Time limits of one server's life, in seconds."""
+class LaunchTimeouts(Settings):
+    """Time limits of one server's life, in seconds (the `timeouts:` section of a space file)."""
 
-    startup_s: float = 1800.0
-    idle_log_s: float = 600.0
-    ready_poll_s: float = 0.25
-    sigint_grace_s: float = 10.0
-    sigterm_grace_s: float = 20.0
-    release_s: float = 120.0
+    startup_s: Duration = Field(default=1800.0, gt=0, validation_alias="startup")
+    idle_log_s: Duration = Field(default=600.0, gt=0, validation_alias="idle_log")
+    ready_poll_s: Duration = Field(default=0.25, gt=0, validation_alias="ready_poll")
+    sigint_grace_s: Duration = Field(default=10.0, gt=0, validation_alias="sigint_grace")
+    sigterm_grace_s: Duration = Field(default=20.0, gt=0, validation_alias="sigterm_grace")
+    release_s: Duration = Field(default=120.0, gt=0, validation_alias="release")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

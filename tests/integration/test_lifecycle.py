@@ -10,7 +10,6 @@ import contextlib
 import socket
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -152,7 +151,7 @@ def test_crash_after_ready_is_seen_within_a_second(tmp_path: Path) -> None:
 
 
 def test_hang_without_a_ready_line_is_cut_off_by_the_watchdog(tmp_path: Path) -> None:
-    timeouts = replace(FAST, idle_log_s=1.0)
+    timeouts = FAST.model_copy(update={"idle_log_s": 1.0})
     flags = [*TINY, "--mem-fraction-static", "0.8"]
     spec = _spec(tmp_path, flags, inject=("hang_at=load",), timeouts=timeouts)
     server, failure = _launch(spec)

@@ -225,14 +225,19 @@ def test_burst_prompts_cycle() -> None:
     assert [p.name for p in burst_prompts(PROMPTS, 5)] == ["capital", "arith", "capital", "arith", "capital"]
 
 
+UNCLOSED = GatePrompt.model_construct(name="x", prompt="x", expect_regex="(unclosed")
+NO_TOKENS = GatePrompt.model_construct(name="x", prompt="x", max_tokens=0)
+
+
 @pytest.mark.parametrize(
     "settings",
     [
-        GateSettings(prompts=()),
-        GateSettings(burst_size=0),
-        GateSettings(timeout_s=0),
-        GateSettings(prompts=(GatePrompt(name="x", prompt="x", expect_regex="(unclosed"),)),
-        GateSettings(prompts=(GatePrompt(name="x", prompt="x", max_tokens=0),)),
+        # settings models refuse these values; built without validation, the gate must still refuse them
+        GateSettings.model_construct(prompts=()),
+        GateSettings.model_construct(burst_size=0),
+        GateSettings.model_construct(timeout_s=0),
+        GateSettings.model_construct(prompts=(UNCLOSED,)),
+        GateSettings.model_construct(prompts=(NO_TOKENS,)),
     ],
 )
 def test_bad_settings_raise_config_error(settings: GateSettings) -> None:

@@ -24,7 +24,7 @@ def test_tpe_is_multivariate_and_grouped_by_default() -> None:
 
 def test_gp_sampler_without_its_dependencies_is_a_config_error() -> None:
     space = load_space(ROOT / "search_spaces" / "tiny-fast-sim.yaml")
-    gp = replace(space, sampler=replace(space.sampler, kind="gp"))
+    gp = replace(space, sampler=space.sampler.model_copy(update={"kind": "gp"}))
     if importlib.util.find_spec("torch") and importlib.util.find_spec("scipy"):
         assert make_sampler(gp).__class__.__name__ == "GPSampler"
     else:

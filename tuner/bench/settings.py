@@ -1,10 +1,18 @@
-"""What the benchmark stage runs: workload, load points, timeouts (from the space file)."""
+"""What the benchmark stage runs: workload, load points, timeouts (the `bench:` section of a space file).
+
+Each model declares its keys, defaults and bounds once; the space loader validates the file
+against them and code builds them by field name (see tuner.settings).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationInfo, model_validator
+
+from tuner.settings import Duration, Settings, mistake, non_empty, space_dir
 
 
 class WorkloadKind(str, Enum):
@@ -22,27 +30,38 @@ class Api(str, Enum):
     CHAT = "chat"  # /v1/chat/completions
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Workload:
+class Workload(Settings):
     """The requests of one benchmark run."""
 
-    kind: WorkloadKind = WorkloadKind.RANDOM
-    input_len: int = 1024
-    output_len: int = 1024
-    range_ratio: float = 1.0  # SGLang semantics: lengths uniform on [max(1, L*ratio), L]; 1.0 = fixed
-    path: Path | None = None
-    api: Api = Api.COMPLETIONS
+    kind: WorkloadKind = Field(default=WorkloadKind.RANDOM, strict=False)
+    input_len: int = Field(default=1024, ge=1)
+    output_len: int = Field(default=1024, ge=1)
+    range_ratio: float = Field(default=1.0, gt=0.0, le=1.0)  # lengths uniform on [max(1, L*ratio), L]
+    path: Path | None = Field(default=None, strict=False)  # in a space file: relative to the file
+    api: Api = Field(default=Api.COMPLETIONS, strict=False)
     seed: int = 1
 
+    @model_validator(mode="before")
+    @classmethod
+    def _dataset_path(cls, data: Any, info: ValidationInfo) -> Any:
+        folder = space_dir(info)
+        if folder is None or not isinstance(data, dict):
+            return data  # built in code: taken as given
+        kind, path = data.get("kind", WorkloadKind.RANDOM.value), data.get("path")
+        if kind in (WorkloadKind.SHAREGPT.value, WorkloadKind.JSONL.value) and path is None:
+            raise mistake(f"a {kind} workload needs a path to its dataset", at=("path",))
+        if isinstance(path, str) and path and not Path(path).is_absolute():
+            return {**data, "path": str(folder / path)}
+        return data
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LoadPoint:
+
+class LoadPoint(Settings):
     """One load level: a fixed concurrency, or a request rate (Poisson / gamma), or both."""
 
-    concurrency: int | None = 64
-    request_rate: float | None = None  # requests/s; None = all at once (bounded by concurrency)
-    burstiness: float = 1.0  # gamma shape; 1.0 = Poisson
-    num_prompts: int | None = None  # None = 5 x concurrency (at least 32)
+    concurrency: int | None = Field(default=64, ge=1)
+    request_rate: float | None = Field(default=None, gt=0.0)  # requests/s; None = all at once
+    burstiness: float = Field(default=1.0, gt=0.0)  # gamma shape; 1.0 = Poisson
+    num_prompts: int | None = Field(default=None, ge=1)  # None = 5 x concurrency (at least 32)
 
     @property
     def label(self) -> str:
@@ -60,25 +79,35 @@ class LoadPoint:
         return max(32, 5 * (self.concurrency or 32))
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RequestTimeouts:
+class RequestTimeouts(Settings):
     """Per-request and per-stage limits, in seconds (reference bench-metrics P19)."""
 
-    connect_s: float = 10.0
-    first_byte_s: float = 600.0
-    idle_read_s: float = 60.0
-    stage_deadline_s: float = 3600.0
+    connect_s: Duration = Field(default=10.0, validation_alias="connect")
+    first_byte_s: Duration = Field(default=600.0, validation_alias="first_byte")
+    idle_read_s: Duration = Field(default=60.0, validation_alias="idle_read")
+    stage_deadline_s: Duration = Field(default=3600.0, validation_alias="stage_deadline")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class BenchSettings:
+class BenchSettings(Settings):
     """The whole benchmark stage of one trial."""
 
-    workload: Workload = field(default_factory=Workload)
-    load_points: tuple[LoadPoint, ...] = (LoadPoint(concurrency=64),)
-    warmup_requests: int | None = None  # None = one per concurrency slot (capped at 32 output tokens)
-    flush_cache: bool = True
-    settle_s: float = 1.0  # pause after warmup/flush before the measured window starts
-    timeouts: RequestTimeouts = field(default_factory=RequestTimeouts)
-    objective_point: int = -1  # which load point's metrics feed the objectives
     enabled: bool = True
+    workload: Workload = Field(default_factory=Workload)
+    load_points: Annotated[tuple[LoadPoint, ...], non_empty("load point")] = Field(
+        default=(LoadPoint(),), strict=False
+    )
+    warmup_requests: int | None = Field(default=None, ge=0)  # None = one per concurrency slot
+    flush_cache: bool = True
+    settle_s: Duration = Field(default=1.0, validation_alias="settle")  # pause before the measured window
+    timeouts: RequestTimeouts = Field(default_factory=RequestTimeouts)
+    objective_point: int = -1  # which load point's metrics feed the objectives
+
+    @model_validator(mode="after")
+    def _objective_point_exists(self) -> BenchSettings:
+        count = len(self.load_points)
+        if not -count <= self.objective_point < count:
+            raise mistake(
+                f"must index one of the {count} load points (got {self.objective_point})",
+                at=("objective_point",),
+            )
+        return self

@@ -1,20 +1,50 @@
-"""What the correctness gate asks and expects (from the space file)."""
+"""What the correctness gate asks and expects (the `gate:` section of a space file).
+
+Each model declares its keys, defaults and bounds once (see tuner.settings). In a space file a
+prompt that gives only the name of a built-in prompt (and maybe some of its keys) is that
+built-in prompt with those keys changed.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from tuner.settings import Duration, Regex, Settings, mistake, non_empty, space_dir
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GatePrompt:
+class GatePrompt(Settings):
     """A prompt with a checkable answer, asked at temperature 0."""
 
-    name: str
-    prompt: str
-    expect: str | None = None  # substring, case-insensitive
-    expect_regex: str | None = None
-    max_tokens: int = 64
-    min_tokens: int = 1  # an answer shorter than this is garbage
+    name: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    expect: str | None = Field(default=None, min_length=1)  # substring, case-insensitive
+    expect_regex: Regex | None = None
+    max_tokens: int = Field(default=64, ge=1)
+    min_tokens: int = Field(default=1, ge=0)  # an answer shorter than this is garbage
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_built_in(cls, data: Any, info: ValidationInfo) -> Any:
+        if space_dir(info) is None or not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            return data
+        base = {p.name: p for p in DEFAULT_PROMPTS}.get(data["name"])
+        if base is not None:
+            return {**base.model_dump(), **data}
+        if "prompt" not in data:
+            names = ", ".join(p.name for p in DEFAULT_PROMPTS)
+            raise mistake(f"required for a new prompt (built-in names: {names})", at=("prompt",))
+        return data
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> GatePrompt:
+        if self.min_tokens > self.max_tokens:
+            raise mistake(
+                f"min_tokens must be ≤ max_tokens {self.max_tokens} (got {self.min_tokens})",
+                at=("min_tokens",),
+            )
+        return self
 
 
 DEFAULT_PROMPTS: tuple[GatePrompt, ...] = (
@@ -46,11 +76,20 @@ DEFAULT_PROMPTS: tuple[GatePrompt, ...] = (
 )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GateSettings:
+class GateSettings(Settings):
     """The gate of one trial: prompts, the burst size, and its time limit."""
 
-    prompts: tuple[GatePrompt, ...] = DEFAULT_PROMPTS
-    burst_size: int | None = None  # None = the largest captured CUDA-graph batch size (at least 8)
-    timeout_s: float = 600.0
     enabled: bool = True
+    prompts: Annotated[tuple[GatePrompt, ...], non_empty("prompt (or enabled: false)")] = Field(
+        default=DEFAULT_PROMPTS, strict=False
+    )
+    burst_size: int | None = Field(default=None, ge=1)  # None = the largest captured CUDA-graph batch (≥ 8)
+    timeout_s: Duration = Field(default=600.0, gt=0, validation_alias="timeout")
+
+    @field_validator("prompts")
+    @classmethod
+    def _names_differ(cls, prompts: tuple[GatePrompt, ...]) -> tuple[GatePrompt, ...]:
+        for index, p in enumerate(prompts):
+            if any(q.name == p.name for q in prompts[:index]):
+                raise mistake(f"duplicate gate prompt {p.name!r}", at=(index, "name"))
+        return prompts

@@ -1,52 +1,144 @@
-"""Reading the run settings of a space file: engine, gate, bench, objectives, SLOs, budget, sampler."""
+"""The run settings of a space file, each section declared once as a settings model.
+
+`SpaceFile` is the whole document: its keys (in the order the spec lists them), their defaults
+and checks. Engine, objectives, SLOs, budget and sampler are declared here; gate, bench and
+launch timeouts beside the stages that use them (tuner.gate.settings, tuner.bench.settings,
+tuner.config). The searched part and the fixed launch (params, forbidden, baselines,
+fixed_flags, env) are checked against the SGLang option table by the line-aware readers in
+tuner.space.build and tuner.space.fixed; `SpaceFile` only declares those keys.
+"""
 
 from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
 
-from tuner.bench.settings import Api, BenchSettings, LoadPoint, RequestTimeouts, Workload, WorkloadKind
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from tuner.bench.settings import BenchSettings
 from tuner.config import LaunchTimeouts
-from tuner.gate.settings import DEFAULT_PROMPTS, GatePrompt, GateSettings
-from tuner.metrics import DEFAULT_OBJECTIVES, OPTIMISABLE, direction_of
-from tuner.sglang.knobs import VERSION_PATTERN
-from tuner.space.source import Section, python_value, show
+from tuner.errors import ConfigError
+from tuner.gate.settings import GateSettings
+from tuner.metrics import DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, direction_of
+from tuner.settings import Duration, Settings, mistake, non_empty, show, space_dir
+from tuner.sglang.knobs import VERSION_PATTERN, check_version_text
 
 SIM_DEFAULT_SGLANG_VERSION = "0.5.9"
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 
 
+def _release(value: object) -> object:
+    """A release number written as text or as a YAML number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EngineSpec:
+
+class EngineSpec(Settings):
     """What serves a trial: real SGLang or the simulator, started with the same flags."""
 
-    kind: str  # "sglang" | "sim"
-    python: str = sys.executable
-    scenario: str | None = None  # sim only: a scenario name or a path to a scenario YAML
-    sim_sglang_version: str | None = None  # sim only: the release whose flags and logs it imitates
+    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version")
+
+    kind: Literal["sglang", "sim"]
+    python: str = Field(default=sys.executable, min_length=1)
+    scenario: str | None = Field(default=None, min_length=1)  # sim only: a name or a scenario YAML path
+    # sim only: the release whose flags and logs it imitates
+    sim_sglang_version: Annotated[str | None, BeforeValidator(_release)] = Field(
+        default=None,
+        pattern=f"^(?:{VERSION_PATTERN})$",
+        json_schema_extra={"expected": "a release such as 0.5.9"},
+    )
 
     @property
     def module(self) -> str:
         """The module launched with `python -m`."""
         return "sglang.launch_server" if self.kind == "sglang" else "tuner.sim"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _sim_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("kind") == "sglang":
+            for key in cls.SIM_ONLY:
+                if key in data:
+                    allowed = [k for k in cls.file_keys() if k not in cls.SIM_ONLY]
+                    raise mistake(f"unknown key; allowed: {', '.join(allowed)}", at=(key,))
+        if data.get("kind") != "sim":
+            return data
+        if data.get("scenario") is None:
+            needs = "the sim engine needs a scenario (a name such as tiny-fast, or a .yaml path)"
+            raise mistake(needs, at=("scenario",))
+        version = data.get("sim_sglang_version")
+        return {
+            **data,
+            "scenario": _scenario(data["scenario"], space_dir(info)),
+            "sim_sglang_version": SIM_DEFAULT_SGLANG_VERSION if version is None else version,
+        }
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Objective:
-    """One value the study optimises."""
+
+def _scenario(scenario: object, folder: Path | None) -> object:
+    """A scenario name, or the path of a scenario file (relative to the space file's folder)."""
+    if not isinstance(scenario, str):
+        return scenario
+    if scenario.endswith((".yaml", ".yml")):
+        if folder is None:
+            return scenario
+        path = Path(scenario) if Path(scenario).is_absolute() else folder / scenario
+        if not path.is_file():
+            raise mistake(f"scenario file not found: {path}", at=("scenario",))
+        return str(path)
+    if not re.fullmatch(NAME_PATTERN, scenario):
+        raise mistake(f"expected a scenario name or a .yaml path (got {show(scenario)})", at=("scenario",))
+    return scenario
+
+
+DIRECTIONS = tuple(d.value for d in Direction)
+
+
+def _known_metric(metric: object) -> None:
+    if isinstance(metric, str) and metric not in OPTIMISABLE:
+        raise mistake(f"unknown metric {show(metric)}; expected one of {', '.join(OPTIMISABLE)}")
+
+
+class Objective(Settings):
+    """One value the study optimises; in a space file a metric name, or a mapping with its direction."""
 
     metric: str
-    direction: str  # "maximize" | "minimize"
+    direction: str  # "maximize" | "minimize"; in a space file optional: the metric's own (no other)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _direction_of_metric(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            data = {"metric": data}
+        if not isinstance(data, dict):
+            return data
+        metric = data.get("metric")
+        _known_metric(metric)
+        if not isinstance(metric, str):
+            return data
+        better = direction_of(metric).value
+        given = data.get("direction", better)
+        if given not in DIRECTIONS:
+            raise mistake(f"expected one of {', '.join(DIRECTIONS)} (got {show(given)})", at=("direction",))
+        if given != better:
+            raise mistake(
+                f"{metric} is better when it goes the other way; expected {better}", at=("direction",)
+            )
+        return {**data, "direction": given}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Slo:
-    """A feasibility bound on a metric, e.g. ttft_p99_ms <= 2000."""
+_SLO = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*")
+
+
+class Slo(Settings):
+    """A feasibility bound on a metric; in a space file a string such as "ttft_p99_ms <= 2000"."""
 
     metric: str
-    op: str  # "<=" | ">=" | "<" | ">"
+    op: Literal["<=", ">=", "<", ">"]
     bound: float
 
     @property
@@ -62,263 +154,135 @@ class Slo:
             return 1e-9
         return excess
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and space_dir(info) is None:
+            _known_metric(data.get("metric"))
+            return data  # built in code
+        match = _SLO.fullmatch(data) if isinstance(data, str) else None
+        if match is None:
+            raise mistake(f'expected "METRIC <= NUMBER" or "METRIC >= NUMBER" (got {show(data)})')
+        _known_metric(match.group(1))
+        return {"metric": match.group(1), "op": match.group(2), "bound": float(match.group(3))}
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Budget:
+
+class Budget(Settings):
     """When a study stops: a number of trials and/or a wall-clock limit."""
 
-    n_trials: int | None = None
-    timeout_s: float | None = None
+    n_trials: int | None = Field(default=None, ge=1)
+    timeout_s: Duration | None = Field(default=None, validation_alias="timeout")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SamplerSpec:
+class SamplerSpec(Settings):
     """Which Optuna sampler, its seed and random start-up trials."""
 
-    kind: str = "tpe"  # "tpe" | "gp" | "random"
-    seed: int | None = None
-    n_startup_trials: int = 8
+    kind: Literal["tpe", "gp", "random"] = "tpe"
+    seed: int | None = Field(default=None, ge=0)
+    n_startup_trials: int = Field(default=8, ge=0)
 
 
-def parse_engine(sec: Section | None, space_dir: Path) -> EngineSpec:
-    if sec is None:
-        return EngineSpec(kind="sglang")
-    kind = sec.get_choice("kind", ["sglang", "sim"])
-    allowed = ["kind", "python"] + (["scenario", "sim_sglang_version"] if kind == "sim" else [])
-    sec = Section(sec.src, sec.node, sec.where, allowed)
-    python = sec.get_str("python", sys.executable)
-    if kind == "sglang":
-        return EngineSpec(kind=kind, python=python)
-    if "scenario" not in sec:
-        raise sec.error(
-            "scenario", "the sim engine needs a scenario (a name such as tiny-fast, or a .yaml path)"
-        )
-    scenario = sec.get_str("scenario")
-    if scenario.endswith((".yaml", ".yml")):
-        path = Path(scenario) if Path(scenario).is_absolute() else space_dir / scenario
-        if not path.is_file():
-            raise sec.error("scenario", f"scenario file not found: {path}")
-        scenario = str(path)
-    elif not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", scenario):
-        raise sec.error("scenario", f"expected a scenario name or a .yaml path (got {show(scenario)})")
-    version = str(sec.raw("sim_sglang_version", SIM_DEFAULT_SGLANG_VERSION))
-    if not re.fullmatch(VERSION_PATTERN, version):
-        raise sec.error("sim_sglang_version", f"expected a release such as 0.5.9 (got {show(version)})")
-    return EngineSpec(kind=kind, python=python, scenario=scenario, sim_sglang_version=version)
+class LineAware:
+    """Marks a key of `SpaceFile` whose value the line-aware readers check (params, fixed flags, ...)."""
 
 
-_PROMPT_KEYS = ("name", "prompt", "expect", "expect_regex", "max_tokens", "min_tokens")
+LINE_AWARE = LineAware()
+ReadByLine = Annotated[object, LINE_AWARE]
 
 
-def parse_gate(sec: Section | None) -> GateSettings:
-    if sec is None:
-        return GateSettings()
-    sec = Section(sec.src, sec.node, sec.where, ["enabled", "prompts", "burst_size", "timeout"])
-    defaults = {p.name: p for p in DEFAULT_PROMPTS}
-    prompts: list[GatePrompt] = []
-    for index, node in enumerate(sec.seq("prompts")):
-        p = Section(sec.src, node, f"gate.prompts[{index}]", _PROMPT_KEYS, required=("name",))
-        name = p.get_str("name")
-        base = defaults.get(name)
-        if base is None and "prompt" not in p:
-            raise p.error("prompt", f"required for a new prompt (built-in names: {', '.join(defaults)})")
-        expect_regex = p.get_str("expect_regex", base.expect_regex if base else None)
-        if expect_regex is not None:
-            try:
-                re.compile(expect_regex)
-            except re.error as exc:
-                raise p.error("expect_regex", f"not a valid regular expression ({exc})") from None
-        max_tokens = p.get_int("max_tokens", base.max_tokens if base else 64, min=1)
-        min_tokens = p.get_int("min_tokens", base.min_tokens if base else 1, min=0)
-        if min_tokens > max_tokens:
-            raise p.error("min_tokens", f"min_tokens must be ≤ max_tokens {max_tokens} (got {min_tokens})")
-        if any(q.name == name for q in prompts):
-            raise p.error("name", f"duplicate gate prompt {name!r}")
-        prompts.append(
-            GatePrompt(
-                name=name,
-                prompt=p.get_str("prompt", base.prompt if base else None),
-                expect=p.get_str("expect", base.expect if base else None),
-                expect_regex=expect_regex,
-                max_tokens=max_tokens,
-                min_tokens=min_tokens,
-            )
-        )
-    if "prompts" in sec and not prompts:
-        raise sec.error("prompts", "expected at least one prompt (or enabled: false)")
-    return GateSettings(
-        prompts=tuple(prompts) or DEFAULT_PROMPTS,
-        burst_size=sec.get_int("burst_size", None, min=1, nullable=True),
-        timeout_s=sec.get_duration("timeout", 600.0),
-        enabled=sec.get_bool("enabled", True),
+def _version(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip():
+        raise mistake(f"expected an integer or a short string (got {show(value)})")
+    return value
+
+
+def _gpus(value: object) -> object:
+    if value in ("all", None):
+        return ()
+    if not isinstance(value, list) or any(
+        isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in value
+    ):
+        raise mistake(f"expected all or a list of GPU indices such as [0, 1] (got {show(value)})")
+    if len(set(value)) != len(value):
+        raise mistake(f"duplicate GPU index in {value}")
+    return tuple(value)
+
+
+def _sglang_version(value: object) -> object:
+    text = _release(value)
+    try:
+        check_version_text(text if isinstance(text, str) else "")
+    except ConfigError as exc:
+        raise mistake(f"{exc} (got {show(value)})") from None
+    return text
+
+
+def _default_objectives() -> tuple[Objective, ...]:
+    return tuple(Objective.model_validate(m) for m in DEFAULT_OBJECTIVES)
+
+
+class SpaceFile(Settings):
+    """A whole space file: every top-level key, its default and its checks (see template.yaml)."""
+
+    name: str = Field(
+        pattern=f"^{NAME_PATTERN}$", json_schema_extra={"expected": "a name of letters, digits, _ . -"}
     )
-
-
-def parse_bench(sec: Section | None, space_dir: Path) -> BenchSettings:
-    if sec is None:
-        return BenchSettings()
-    sec = Section(
-        sec.src,
-        sec.node,
-        sec.where,
-        [
-            "enabled",
-            "workload",
-            "load_points",
-            "warmup_requests",
-            "flush_cache",
-            "settle",
-            "timeouts",
-            "objective_point",
-        ],
+    version: Annotated[int | str, BeforeValidator(_version)] = 1
+    description: str = Field(default="", json_schema_extra={"expected": "text"})
+    engine: EngineSpec = EngineSpec(kind="sglang")
+    # auto = the installed release; else pinned ("0.5.9"). For the sim: its sim_sglang_version.
+    sglang_version: Annotated[str, BeforeValidator(_sglang_version)] = "auto"
+    host: str = Field(default="127.0.0.1", min_length=1)
+    fixed_flags: ReadByLine = None
+    env: ReadByLine = None
+    gpus: Annotated[tuple[int, ...], BeforeValidator(_gpus)] = ()  # CUDA_VISIBLE_DEVICES; () = all
+    gpu_busy_policy: Literal["wait", "fail", "ignore"] = "wait"
+    params: ReadByLine = None
+    forbidden: ReadByLine = None
+    baselines: ReadByLine = None
+    gate: GateSettings = Field(default_factory=GateSettings)
+    bench: BenchSettings = Field(default_factory=BenchSettings)
+    objectives: Annotated[tuple[Objective, ...], non_empty("objective")] = Field(
+        default_factory=_default_objectives, strict=False
     )
-    workload = Workload()
-    w = sec.section("workload", ["kind", "input_len", "output_len", "range_ratio", "path", "api", "seed"])
-    if w is not None:
-        kind = WorkloadKind(w.get_choice("kind", [k.value for k in WorkloadKind], "random"))
-        path = w.get_str("path", None)
-        if kind is not WorkloadKind.RANDOM and path is None:
-            raise w.error("path", f"a {kind.value} workload needs a path to its dataset")
-        resolved = None if path is None else (Path(path) if Path(path).is_absolute() else space_dir / path)
-        workload = Workload(
-            kind=kind,
-            input_len=w.get_int("input_len", 1024, min=1),
-            output_len=w.get_int("output_len", 1024, min=1),
-            range_ratio=w.get_float("range_ratio", 1.0, above=0.0, max=1.0),
-            path=resolved,
-            api=Api(w.get_choice("api", [a.value for a in Api], "completions")),
-            seed=w.get_int("seed", 1),
-        )
-    points: list[LoadPoint] = []
-    for index, node in enumerate(sec.seq("load_points")):
-        p = Section(
-            sec.src,
-            node,
-            f"bench.load_points[{index}]",
-            ["concurrency", "request_rate", "burstiness", "num_prompts"],
-        )
-        points.append(
-            LoadPoint(
-                concurrency=p.get_int("concurrency", 64, min=1, nullable=True),
-                request_rate=p.get_float("request_rate", None, above=0.0, nullable=True),
-                burstiness=p.get_float("burstiness", 1.0, above=0.0),
-                num_prompts=p.get_int("num_prompts", None, min=1, nullable=True),
+    constraints: tuple[Slo, ...] = Field(default=(), strict=False)
+    budget: Budget = Field(default_factory=Budget)
+    timeouts: LaunchTimeouts = Field(default_factory=LaunchTimeouts)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    log_dir: str | None = Field(default=None, min_length=1)  # None = runs/<study name>
+
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _no_constraints(cls, value: object) -> object:
+        return () if value is None else value
+
+    @field_validator("objectives")
+    @classmethod
+    def _objectives_differ(cls, objectives: tuple[Objective, ...]) -> tuple[Objective, ...]:
+        for index, o in enumerate(objectives):
+            if any(p.metric == o.metric for p in objectives[:index]):
+                raise mistake(f"duplicate objective {o.metric}", at=(index,))
+        return objectives
+
+    @model_validator(mode="after")
+    def _sim_release(self) -> SpaceFile:
+        simulated = self.engine.sim_sglang_version
+        if self.engine.kind == "sim" and self.sglang_version not in ("auto", simulated):
+            raise mistake(
+                f"{self.sglang_version} differs from engine.sim_sglang_version {simulated}; "
+                "for the sim set only the latter",
+                at=("sglang_version",),
             )
-        )
-    if "load_points" in sec and not points:
-        raise sec.error("load_points", "expected at least one load point")
-    load_points = tuple(points) or (LoadPoint(concurrency=64),)
-    objective_point = sec.get_int("objective_point", -1)
-    if not -len(load_points) <= objective_point < len(load_points):
-        raise sec.error(
-            "objective_point", f"must index one of the {len(load_points)} load points (got {objective_point})"
-        )
-    timeouts = RequestTimeouts()
-    t = sec.section("timeouts", ["connect", "first_byte", "idle_read", "stage_deadline"])
-    if t is not None:
-        timeouts = RequestTimeouts(
-            connect_s=t.get_duration("connect", timeouts.connect_s),
-            first_byte_s=t.get_duration("first_byte", timeouts.first_byte_s),
-            idle_read_s=t.get_duration("idle_read", timeouts.idle_read_s),
-            stage_deadline_s=t.get_duration("stage_deadline", timeouts.stage_deadline_s),
-        )
-    return BenchSettings(
-        workload=workload,
-        load_points=load_points,
-        warmup_requests=sec.get_int("warmup_requests", None, min=0, nullable=True),
-        flush_cache=sec.get_bool("flush_cache", True),
-        settle_s=sec.get_duration("settle", 1.0),
-        timeouts=timeouts,
-        objective_point=objective_point,
-        enabled=sec.get_bool("enabled", True),
-    )
+        return self
 
+    @property
+    def release(self) -> str:
+        """The SGLang release the file is checked against: for the sim, the one it imitates."""
+        if self.engine.kind == "sim" and self.engine.sim_sglang_version is not None:
+            return self.engine.sim_sglang_version
+        return self.sglang_version
 
-def parse_objectives(sec: Section) -> tuple[Objective, ...]:
-    nodes = sec.seq("objectives")
-    if "objectives" not in sec:
-        return tuple(Objective(metric=m, direction=direction_of(m).value) for m in DEFAULT_OBJECTIVES)
-    if not nodes:
-        raise sec.error("objectives", "expected at least one objective")
-    out: list[Objective] = []
-    for index, node in enumerate(nodes):
-        where = f"objectives[{index}]"
-        raw = python_value(node)
-        if isinstance(raw, str):
-            metric, direction, at = raw, None, None
-        else:
-            o = Section(sec.src, node, where, ["metric", "direction"], required=("metric",))
-            metric = o.get_str("metric")
-            direction = o.get_choice("direction", ["maximize", "minimize"], None)
-            at = o
-        if metric not in OPTIMISABLE:
-            raise sec.src.error(
-                node, where, f"unknown metric {show(metric)}; expected one of {', '.join(OPTIMISABLE)}"
-            )
-        better = direction_of(metric).value
-        if direction is not None and direction != better and at is not None:
-            raise at.error("direction", f"{metric} is better when it goes the other way; expected {better}")
-        if any(o.metric == metric for o in out):
-            raise sec.src.error(node, where, f"duplicate objective {metric}")
-        out.append(Objective(metric=metric, direction=better))
-    return tuple(out)
-
-
-_SLO = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)\s*")
-
-
-def parse_constraints(sec: Section) -> tuple[Slo, ...]:
-    out: list[Slo] = []
-    for index, node in enumerate(sec.seq("constraints")):
-        raw = python_value(node)
-        where = f"constraints[{index}]"
-        match = _SLO.fullmatch(raw) if isinstance(raw, str) else None
-        if match is None:
-            raise sec.src.error(
-                node, where, f'expected "METRIC <= NUMBER" or "METRIC >= NUMBER" (got {show(raw)})'
-            )
-        metric, op, bound = match.group(1), match.group(2), float(match.group(3))
-        if metric not in OPTIMISABLE:
-            raise sec.src.error(
-                node, where, f"unknown metric {metric!r}; expected one of {', '.join(OPTIMISABLE)}"
-            )
-        out.append(Slo(metric=metric, op=op, bound=bound))
-    return tuple(out)
-
-
-def parse_budget(sec: Section | None) -> Budget:
-    if sec is None:
-        return Budget()
-    sec = Section(sec.src, sec.node, sec.where, ["n_trials", "timeout"])
-    return Budget(
-        n_trials=sec.get_int("n_trials", None, min=1, nullable=True),
-        timeout_s=sec.get_duration("timeout", None, nullable=True),
-    )
-
-
-_LAUNCH_KEYS = ("startup", "idle_log", "ready_poll", "sigint_grace", "sigterm_grace", "release")
-
-
-def parse_timeouts(sec: Section | None) -> LaunchTimeouts:
-    if sec is None:
-        return LaunchTimeouts()
-    sec = Section(sec.src, sec.node, sec.where, _LAUNCH_KEYS)
-    base = LaunchTimeouts()
-    values = {}
-    for key in _LAUNCH_KEYS:
-        seconds = sec.get_duration(key, getattr(base, f"{key}_s"))
-        if key in sec and seconds <= 0:
-            raise sec.error(key, f"must be > 0 (got {seconds:g} s)")
-        values[f"{key}_s"] = seconds
-    return LaunchTimeouts(**values)
-
-
-def parse_sampler(sec: Section | None) -> SamplerSpec:
-    if sec is None:
-        return SamplerSpec()
-    sec = Section(sec.src, sec.node, sec.where, ["kind", "seed", "n_startup_trials"])
-    return SamplerSpec(
-        kind=sec.get_choice("kind", ["tpe", "gp", "random"], "tpe"),
-        seed=sec.get_int("seed", None, min=0, nullable=True),
-        n_startup_trials=sec.get_int("n_startup_trials", 8, min=0),
-    )
+    @classmethod
+    def line_aware_keys(cls) -> frozenset[str]:
+        """The keys the line-aware readers check after the model (params, fixed_flags, ...)."""
+        return frozenset(name for name, f in cls.model_fields.items() if LINE_AWARE in f.metadata)

@@ -1,7 +1,9 @@
-"""Line-aware reading of space files: YAML nodes with their marks, typed getters, durations.
+"""Line-aware reading of space files: YAML nodes with their marks, sections and typed getters.
 
 Every getter raises ConfigError with "<key path>: <what was expected> (got <value>) in <file>:<line>".
 Duplicate keys and unknown keys are errors (PyYAML silently keeps the last of two equal keys).
+The run settings are validated by their models (tuner.space.validation); the searched part
+(params, forbidden, baselines) and the fixed launch are read with `Section`.
 """
 
 from __future__ import annotations
@@ -16,56 +18,16 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from tuner.errors import ConfigError
+from tuner.settings import parse_duration, show
+
+__all__ = ["Section", "Source", "parse_duration", "python_value", "read_source", "show"]
 
 MISSING: Any = object()
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from 90, 1.5, "90s", "30m", "8h", "1h30m", "250ms"; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError("a duration")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        if not text:
-            raise ValueError("a duration")
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            seconds = float(text)
-        else:
-            pos, seconds = 0, 0.0
-            for match in _DURATION_PART.finditer(text):
-                if match.start() != pos:
-                    raise ValueError("a duration")
-                seconds += float(match.group(1)) * _UNIT_S[match.group(2)]
-                pos = match.end()
-            if pos != len(text) or pos == 0:
-                raise ValueError("a duration")
-    else:
-        raise ValueError("a duration")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError("a duration")
-    return seconds
-
 
 def python_value(node: Node) -> Any:
     """The plain Python value of a node, as yaml.safe_load would build it."""
     constructor = yaml.constructor.SafeConstructor()
     return constructor.construct_object(node, deep=True)
-
-
-def show(value: object) -> str:
-    """A value as the user would recognise it in an error message."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    return str(value)
 
 
 class Source:
@@ -247,14 +209,3 @@ class Section:
         if above is not None and value <= above:
             raise self.error(key, f"must be > {above:g} (got {value:g})")
         return float(value)
-
-    def get_duration(self, key: str, default: Any = MISSING, *, nullable: bool = False) -> Any:
-        value = self.raw(key, default)
-        if key not in self.entries or (nullable and value is None):
-            return value
-        try:
-            return parse_duration(value)
-        except ValueError:
-            raise self.error(
-                key, f"expected a duration such as 90s, 30m, 8h, 1h30m or seconds (got {show(value)})"
-            ) from None

@@ -19,6 +19,7 @@ from pathlib import PurePath
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 
 REDACTED = "***"
 
@@ -103,13 +104,15 @@ def utc(value: datetime) -> datetime:
 
 
 def to_jsonable(value: Any) -> Any:
-    """A JSON-ready copy of a value built from dataclasses, enums, paths, datetimes and containers."""
+    """A JSON-ready copy of a value of dataclasses, settings models, enums, paths, datetimes, containers."""
     if isinstance(value, Enum):
         return to_jsonable(value.value)
     if isinstance(value, _PRIMITIVE):
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, BaseModel):  # the settings models of a space file
+        return {name: to_jsonable(getattr(value, name)) for name in type(value).model_fields}
     if isinstance(value, (list, tuple)):
         if all(type(e) in _PRIMITIVE for e in value):  # fast path: ITL gap lists of thousands of floats
             return list(value)

@@ -1,0 +1,205 @@
+"""Using a SearchSpace: Optuna suggestions, params dicts to TrialConfigs, --set overrides, enumeration.
+
+    suggest(space, trial)            -> (TrialConfig, params)   define-by-run, conditions honoured
+    config_from_params(space, p)     -> TrialConfig             baselines, --set, retries, export
+    parse_set_overrides(space, kvs)  -> params                  "name=value" strings from the command line
+    enumerate_choices(space)         -> params dicts covering every choice and both ends of each range
+    forbidden_reason(space, params)  -> why a combination must not be launched, or None
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tuner.config import CudaGraph, FlagValue, TrialConfig
+from tuner.errors import ConfigError
+from tuner.settings import show
+from tuner.space.build import forbidden_match
+from tuner.space.params import (
+    ParamKind,
+    Target,
+    clean_float,
+    condition_holds,
+    decode_cuda_graph,
+    encode_value,
+    parse_text,
+    show_choice,
+    split_backend_pair,
+)
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tuner.space.loader import SearchSpace
+
+
+def suggest(space: SearchSpace, trial: optuna.trial.BaseTrial) -> tuple[TrialConfig, dict[str, object]]:
+    """Ask `trial` for every active param (define-by-run) and build the TrialConfig."""
+    values: dict[str, Any] = {}
+    for p in space.params:
+        if not condition_holds(p, values):
+            continue
+        if p.kind in (ParamKind.FLOAT, ParamKind.INT):
+            assert p.low is not None and p.high is not None
+            if p.kind is ParamKind.FLOAT:
+                values[p.name] = trial.suggest_float(p.name, p.low, p.high, step=p.step, log=p.log)
+            else:
+                step = int(p.step or 1)
+                values[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), step=step, log=p.log)
+        else:
+            values[p.name] = trial.suggest_categorical(p.name, p.choices)
+    return _build(space, values), values
+
+
+def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> TrialConfig:
+    """The TrialConfig of a full params dict; ConfigError for unknown names, missing or bad values.
+
+    Params whose condition does not hold are ignored (a `--set` may switch a parent off).
+    """
+    known = {p.name for p in space.params}
+    unknown = [k for k in params if k not in known]
+    if unknown:
+        raise ConfigError(f"unknown param {unknown[0]!r} for {space.study_name}; known: {', '.join(known)}")
+    values: dict[str, Any] = {}
+    for p in space.params:
+        if not condition_holds(p, values):
+            continue
+        if p.name not in params:
+            raise ConfigError(f"param {p.name!r} is missing; expected {p.describe()} ({p.source})")
+        value = params[p.name]
+        try:
+            value = encode_value(p, value)
+        except ValueError as exc:
+            raise ConfigError(f"param {p.name}: expected {exc} (got {show(value)}) ({p.source})") from None
+        if not p.contains(value):
+            raise ConfigError(
+                f"param {p.name}: {show_choice(value)} is outside the space; "
+                f"expected {p.describe()} ({p.source})"
+            )
+        values[p.name] = value
+    return _build(space, values)
+
+
+def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
+    mem: float | None = None
+    graph: CudaGraph | None = None
+    prefill = decode = None
+    flags: list[tuple[str, FlagValue]] = []
+    for p in space.params:
+        if p.name not in values:
+            continue
+        value = values[p.name]
+        if p.kind is ParamKind.FLOAT:
+            value = clean_float(p, float(value))
+        if p.target is Target.MEM_FRACTION:
+            mem = float(value)
+        elif p.target is Target.CUDA_GRAPH:
+            graph = decode_cuda_graph(value)
+        elif p.target is Target.BACKEND_PAIR:
+            prefill, decode = split_backend_pair(value)
+        elif value is not None:
+            flags.append((p.flag or p.name, value))
+    return TrialConfig(
+        mem_fraction_static=mem,
+        cuda_graph=graph,
+        sparse_prefill_backend=prefill,
+        sparse_decode_backend=decode,
+        flags=tuple(flags),
+    )
+
+
+def forbidden_reason(space: SearchSpace, params: Mapping[str, object]) -> str | None:
+    """Why this combination must not be launched (a `forbidden:` entry matches), or None."""
+    hit = forbidden_match(space.forbidden, params)
+    return None if hit is None else f"{hit.reason} ({hit.source})"
+
+
+def parse_set_overrides(space: SearchSpace, items: Iterable[str]) -> dict[str, object]:
+    """`["mem-fraction-static=0.9", "cuda_graph=off"]` -> encoded params; ConfigError on any bad item."""
+    out: dict[str, object] = {}
+    by_name = {p.name: p for p in space.params}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected NAME=VALUE")
+        param = by_name.get(key)
+        if param is None:
+            raise ConfigError(f"--set {item!r}: unknown param {key!r}; known: {', '.join(by_name)}")
+        if key in out:
+            raise ConfigError(f"--set {item!r}: {key} is set twice")
+        try:
+            value = parse_text(param, text)
+        except ValueError as exc:
+            raise ConfigError(f"--set {item!r}: expected {exc} for {key}") from None
+        if not param.contains(value):
+            raise ConfigError(
+                f"--set {item!r}: {show_choice(value)} is outside the space of {key}; "
+                f"expected {param.describe()} ({param.source})"
+            )
+        out[key] = value
+    return out
+
+
+def enumerate_choices(space: SearchSpace) -> Iterator[dict[str, object]]:
+    """Params dicts, baselines first, that together hold every choice and both ends of every range.
+
+    Combinations a `forbidden:` entry matches are skipped or varied; duplicates are dropped.
+    """
+    seen: set[str] = set()
+
+    def fresh(values: dict[str, object]) -> bool:
+        key = json.dumps(values, sort_keys=True, default=str)
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    for baseline in space.baselines:
+        values = dict(baseline)
+        if fresh(values):
+            yield values
+    for p in space.params:
+        for value in p.ends():
+            found = _complete(space, {p.name: value})
+            if found is not None and fresh(found):
+                yield found
+
+
+def _complete(space: SearchSpace, pinned: dict[str, Any]) -> dict[str, object] | None:
+    """A full params dict holding `pinned` (and what its conditions need), avoiding forbidden combos."""
+    wanted = dict(pinned)
+    by_name = {p.name: p for p in space.params}
+    stack = [by_name[n] for n in pinned]
+    while stack:  # make the conditions of pinned params (and theirs) hold
+        p = stack.pop()
+        for cond in p.when:
+            if cond.param not in wanted:
+                wanted[cond.param] = cond.values[0]
+                stack.append(by_name[cond.param])
+    base = _fill(space, wanted, {})
+    if base is None or forbidden_match(space.forbidden, base) is None:
+        return base
+    for p in space.params:  # vary one free param at a time until nothing forbidden matches
+        if p.name in wanted:
+            continue
+        for alt in p.ends()[1:]:
+            candidate = _fill(space, wanted, {p.name: alt})
+            if candidate is not None and forbidden_match(space.forbidden, candidate) is None:
+                return candidate
+    return None
+
+
+def _fill(
+    space: SearchSpace, wanted: Mapping[str, Any], extra: Mapping[str, Any]
+) -> dict[str, object] | None:
+    values: dict[str, object] = {}
+    for p in space.params:
+        if not condition_holds(p, values):
+            if p.name in wanted:
+                return None
+            continue
+        values[p.name] = wanted.get(p.name, extra.get(p.name, p.ends()[0]))
+    return values
