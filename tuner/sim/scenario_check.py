@@ -55,7 +55,13 @@ def _type_ok(kind: str, value: Any) -> bool:
     return isinstance(value, str)
 
 
-_NOUN = {"any": "a value", "int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+_NOUN = {
+    "any": "a value",
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+}
 
 
 def describe(spec: Field) -> str:
@@ -82,13 +88,12 @@ def check_value(spec: Field, value: Any, where: str, key: str) -> Any:
         raise fail(where, key, describe(spec), value)
     if spec.choices is not None and value not in spec.choices:
         raise fail(where, key, describe(spec), value)
-    if spec.kind in ("int", "float"):
-        if (
-            (spec.above is not None and not value > spec.above)
-            or (spec.low is not None and value < spec.low)
-            or (spec.high is not None and value > spec.high)
-        ):
-            raise fail(where, key, describe(spec), value)
+    if spec.kind in ("int", "float") and (
+        (spec.above is not None and not value > spec.above)
+        or (spec.low is not None and value < spec.low)
+        or (spec.high is not None and value > spec.high)
+    ):
+        raise fail(where, key, describe(spec), value)
     if spec.check is not None and (problem := spec.check(value)) is not None:
         raise fail(where, key, problem, value)
     return float(value) if spec.kind == "float" else value
