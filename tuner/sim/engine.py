@@ -20,7 +20,7 @@ from tuner.sim import logfmt, memory
 from tuner.sim.memory import MemoryPlan
 from tuner.sim.resolve import Launch
 from tuner.sim.scenario import Scenario
-from tuner.sim.sched import Scheduler, Seq, Step
+from tuner.sim.sched import WAKE_S, Scheduler, Seq, Step, default_max_running
 from tuner.sim.text import GARBAGE_TOKEN, Answer
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,7 @@ class Engine:
             if step is None:
                 self._wake.clear()
                 await self._wake.wait()
+                await asyncio.sleep(WAKE_S)  # let a burst of arrivals land, as SGLang drains its socket
                 clock = loop.time()
                 continue
             if step.retracted:
@@ -254,10 +255,3 @@ class Engine:
         self.waiting.clear()
         self.prefilling.clear()
         self.running.clear()
-
-
-def default_max_running(launch: Launch, kv_tokens: int, context_len: int) -> int:
-    """--max-running-requests, or SGLang's default from the KV pool."""
-    if launch.max_running_requests:
-        return launch.max_running_requests
-    return min(max(int(kv_tokens / context_len * 512), 2048), 4096)

@@ -16,6 +16,7 @@ oracle's figures are the server's figures without the clock.
                requests remain, retract (fewest generated tokens first, then longest prompt)
                until free >= 20 × running: their KV is freed, they go back to the queue's front
                and are prefilled again (prompt + tokens generated so far)
+    idle       the ratio goes back to 0.7; the first step starts WAKE_S after the first arrival
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ RATIO_INIT = 0.7
 RATIO_MIN = 0.098  # SGLang: init x min_new_token_ratio factor 0.14
 RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
 RETRACT_STEPS = 20  # SGLang's retract_decode_steps
+WAKE_S = 0.002  # an idle scheduler starts its first step this long after a request arrives
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -100,6 +102,7 @@ class Scheduler:
             return self._plan_prefill()
         if self.running:
             return self._plan_decode(max_repeat)
+        self.ratio = RATIO_INIT  # SGLang re-initialises the estimate when idle
         return None
 
     def commit(self, step: Step) -> list[Seq]:
@@ -154,8 +157,10 @@ class Scheduler:
         active = len(self.prefilling) + len(self.running)
         if not self.waiting or active >= self.max_running:
             return
-        reserved = self.used_tokens + sum(self._need(s) for s in self.prefilling) + sum(
-            self._need(s) for s in self.running
+        reserved = (
+            self.used_tokens
+            + sum(self._need(s) for s in self.prefilling)
+            + sum(self._need(s) for s in self.running)
         )
         while self.waiting and active < self.max_running:
             head = self.waiting[0]
@@ -230,3 +235,10 @@ class Scheduler:
         if max_new:
             self.ratio = min(1.0, (sum(s.generated for s in left) + RETRACT_STEPS * len(left)) / max_new)
         return len(out), gained
+
+
+def default_max_running(launch: Launch, kv_tokens: int, context_len: int) -> int:
+    """--max-running-requests, or SGLang's default from the KV pool."""
+    if launch.max_running_requests:
+        return launch.max_running_requests
+    return min(max(int(kv_tokens / context_len * 512), 2048), 4096)
