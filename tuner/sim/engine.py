@@ -26,6 +26,9 @@ from tuner.sim.text import GARBAGE_TOKEN, Answer
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
+# A loop that falls behind its step clock (CPU busy with HTTP) runs the next steps back to back
+# until it is on time again, up to this much; the pace stays the model's on average.
+CATCH_UP_S = 0.5
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -156,7 +159,7 @@ class Engine:
             self._check_memory(step)
             if self.dead:
                 break
-            clock = max(clock, loop.time() - 0.05) + step.dt_s * self._jitter()
+            clock = max(clock, loop.time() - CATCH_UP_S) + step.dt_s * self._jitter()
             delay = clock - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -32,7 +32,7 @@ RATIO_INIT = 0.7
 RATIO_MIN = 0.098  # SGLang: init x min_new_token_ratio factor 0.14
 RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
 RETRACT_STEPS = 20  # SGLang's retract_decode_steps
-WAKE_S = 0.002  # an idle scheduler starts its first step this long after a request arrives
+WAKE_S = 0.015  # an idle scheduler starts its first step this long after a request arrives (tokenizer + IPC)
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
