@@ -137,9 +137,10 @@ def test_decode_backend_speed_shows_in_measured_throughput_as_the_oracle_says(
         tmp_path,
         "two-speeds",
         backends={"default": "ok", "trtllm": "ok", "tilelang": {"decode_factor": {1: 1.0, 4: 3.0}}},
+        **{"perf.base_step_ms": 16, "perf.launch_overhead_ms": 8},  # ~25 ms steps: HTTP costs stay small
     )
     scenario = load_scenario(str(path))
-    work = Workload(input_len=16, output_len=48, concurrency=4, num_prompts=8, gate_burst=0)
+    work = Workload(input_len=16, output_len=40, concurrency=4, num_prompts=4, gate_burst=0)
     measured, predicted = {}, {}
     for backend in ("trtllm", "tilelang"):
         flags = [
@@ -154,8 +155,8 @@ def test_decode_backend_speed_shows_in_measured_throughput_as_the_oracle_says(
         ]
         sim = sim_factory(*flags, "--sim-scenario", str(path), "--sim-noise", "0")
         sim.wait_ready()
-        seconds, counts = asyncio.run(_load(sim.url, clients=4, requests=8, input_len=16, output_len=48))
-        assert sorted(counts) == [48] * 8
+        seconds, counts = asyncio.run(_load(sim.url, clients=4, requests=4, input_len=16, output_len=40))
+        assert sorted(counts) == [40] * 4
         measured[backend] = sum(counts) / seconds
         launch = launch_from_argv(scenario, "0.5.9", flags)
         predicted[backend] = predict(scenario, launch, work).output_tok_s
