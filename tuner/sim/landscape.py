@@ -103,7 +103,7 @@ def pareto_front(scored: Sequence[Scored]) -> list[Scored]:
     ]
     seen: set[tuple[float, int]] = set()
     unique = []
-    for s in sorted(front, key=lambda s: (-key(s)[0], -key(s)[1], show_point(s.point))):
+    for s in sorted(front, key=lambda s: (-key(s)[0], -key(s)[1])):  # stable: first found represents ties
         if key(s) not in seen:  # equal objectives: keep one representative
             seen.add(key(s))
             unique.append(s)
