@@ -1,10 +1,14 @@
-"""`python -m tuner.sim <SGLang launch flags> [--sim-* flags]`."""
+"""`python -m tuner.sim <SGLang launch flags> [--sim-* flags]`, or `python -m tuner.sim landscape ...`."""
 
 from __future__ import annotations
 
 import sys
 
-from tuner.sim.launcher import main
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["landscape"]:
+        from tuner.sim.landscape import main as landscape_main
+
+        sys.exit(landscape_main(sys.argv[2:]))
+    from tuner.sim.launcher import main
+
     sys.exit(main())

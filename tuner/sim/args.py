@@ -42,6 +42,7 @@ class SimOptions:
     sglang_version: str = DEFAULT_VERSION
     scenario: str = DEFAULT_SCENARIO
     seed: int | None = None
+    noise_pct: float | None = None  # overrides the scenario's perf.noise_pct (0: noise-free)
     inject: Injections = field(default_factory=Injections)
 
 
@@ -93,6 +94,13 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
                 values["seed"] = int(value)
             except ValueError as exc:
                 raise SimFlagError(f"argument --sim-seed: invalid int value: {value!r}") from exc
+        elif key == "noise":
+            try:
+                values["noise_pct"] = float(value)
+            except ValueError as exc:
+                raise SimFlagError(f"argument --sim-noise: invalid float value: {value!r}") from exc
+            if not 0 <= values["noise_pct"] <= 10:
+                raise SimFlagError(f"argument --sim-noise: expected a percentage in [0, 10] (got {value})")
         else:
             raise SimFlagError(f"unrecognized arguments: {name}")
     for flag in ("ignore_sigterm", "orphan_child"):

@@ -151,7 +151,7 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
         time.sleep(len(launch.captured_bs) * s.perf.capture_s_per_graph)
         peak = memory.capture_peak_mib(s, plan)
         if peak > plan.total_mib:
-            tried = s.memory.capture_workspace_mib
+            tried = memory.capture_workspace_mib(s, plan.max_captured_bs)
             mem.set(plan.total_mib - (peak - plan.total_mib) % 512)
             _fail(
                 job,

@@ -11,6 +11,7 @@ import random
 import signal
 import sys
 import time
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, cast
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         table = builtin_table(sim.sglang_version)
         scenario = load_scenario(sim.scenario)
+        if sim.noise_pct is not None:
+            scenario = replace(scenario, perf=replace(scenario.perf, noise_pct=sim.noise_pct))
     except TunerError as exc:
         sys.stderr.write(f"tuner.sim: error: {exc}\n")
         return 2

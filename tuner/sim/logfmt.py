@@ -131,6 +131,14 @@ def prefill_batch(
 
 
 NAN = "Detected errors during sampling! NaN in the logits."
+
+
+def retract(n_reqs: int, tokens_gained: int) -> str:
+    return (
+        f"KV cache pool is full. Retract requests. #retracted_reqs: {n_reqs}, "
+        f"#new_tokens_gained: {tokens_gained}"
+    )
+
 DECODE_OOM = "Decode out of memory. Try to lower your batch size."
 SIGQUIT_LAUNCH = "Received sigquit from a child process. It usually means the child failed."
 

@@ -4,6 +4,7 @@
     kv_tokens   = kv_mib x 2^20 / kv_bytes_per_token
     idle used   = weights + kv + runtime_overhead + graph
     graph       = n_graphs x graph_mib_per_graph + sum(bs) x graph_mib_per_bs
+    capture peak = idle used + capture_workspace + capture_workspace_per_bs x max captured bs
     peak used   = idle used + activation (eager decode: per running request; prefill: per token)
 
 Decode activations of a captured batch live in the graph's own memory pool, so
@@ -100,6 +101,7 @@ class MemoryPlan:
     kv_tokens: int
     overhead_mib: float
     graph_mib: float
+    max_captured_bs: int = 0
 
     @property
     def idle_used_mib(self) -> float:
@@ -126,6 +128,7 @@ def plan_memory(
         kv_tokens=tokens,
         overhead_mib=mem.runtime_overhead_mib,
         graph_mib=graph_mib(mem, captured_bs),
+        max_captured_bs=max(captured_bs, default=0),
     )
 
 
@@ -135,8 +138,14 @@ def enough_for_kv(scenario: Scenario, plan: MemoryPlan) -> bool:
 
 
 def capture_peak_mib(scenario: Scenario, plan: MemoryPlan) -> float:
-    """Peak while capturing: everything plus the capture workspace."""
-    return plan.idle_used_mib + scenario.memory.capture_workspace_mib
+    """Peak while capturing: everything plus the capture workspace (which grows with the largest size)."""
+    return plan.idle_used_mib + capture_workspace_mib(scenario, plan.max_captured_bs)
+
+
+def capture_workspace_mib(scenario: Scenario, max_bs: int) -> float:
+    """Transient memory of capturing graphs up to batch `max_bs`."""
+    mem = scenario.memory
+    return mem.capture_workspace_mib + mem.capture_workspace_mib_per_bs * max_bs
 
 
 def activation_mib(scenario: Scenario, *, decode_batch: int, graph_mode: bool, prefill_tokens: int) -> float:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tuner.sglang.options import version_key
 from tuner.sim import memory
-from tuner.sim.scenario import BEHAVIOURS, Scenario
+from tuner.sim.scenario import BEHAVIOURS, BackendRule, Scenario
 
 
 def at_least(version: str, floor: str) -> bool:
@@ -37,6 +37,10 @@ class Launch:
     decode_backend: str | None
     behaviour: str  # worst behaviour of the backend pair
     unsupported_error: str
+    prefill_factor: float = 1.0  # x prefill time (the prefill backend's)
+    decode_factor: tuple[tuple[int, float], ...] = ((1, 1.0),)  # x decode step time (the decode backend's)
+    nan_min_batch: int | None = None  # decode steps of at least this batch give NaN
+    nan_graph_only: bool = False  # ... only when replayed from a captured graph
     enable_metrics: bool
     enable_nan_detection: bool
     decode_log_interval: int
@@ -46,6 +50,22 @@ class Launch:
     @property
     def used_gpus(self) -> tuple[int, ...]:
         return self.visible_gpus[: self.tp_size]
+
+    def decode_factor_at(self, batch: int) -> float:
+        """The decode backend's step-time factor at `batch` running requests."""
+        factor = 1.0
+        for min_batch, value in self.decode_factor:
+            if batch >= min_batch:
+                factor = value
+        return factor
+
+    def nan_at(self, batch: int, graph: bool) -> bool:
+        """True when a decode step of `batch` requests (in a captured graph or not) gives NaN."""
+        if self.behaviour == "garbage":
+            return True
+        if self.nan_min_batch is None or batch < self.nan_min_batch:
+            return False
+        return graph or not self.nan_graph_only
 
 
 def visible_gpus(env_value: str | None, count: int) -> tuple[int, ...]:
@@ -139,6 +159,8 @@ def resolve_launch(
     decode = _first(given, "dsa_decode_backend", "nsa_decode_backend")
     kv = given.get("kv_cache_dtype") or "auto"
     behaviour, error = "ok", ""
+    prefill_rule = decode_rule = scenario.default_backend
+    nan_rules: list[BackendRule] = []
     if scenario.model.sparse_attention:
         if kv == "auto":
             chosen = scenario.backend(decode).kv_dtype if decode else None
@@ -151,8 +173,10 @@ def resolve_launch(
         )
         prefill = auto_p if forced or prefill is None else prefill
         decode = auto_d if forced or decode is None else decode
-        rules = [scenario.backend(prefill), scenario.backend(decode)]
-        for rule in rules:
+        prefill_rule, decode_rule = scenario.backend(prefill), scenario.backend(decode)
+        for rule in (prefill_rule, decode_rule):
+            if rule.nan_min_batch is not None:
+                nan_rules.append(rule)
             b = rule.behaviour
             if rule.kv_dtype and rule.kv_dtype != kv and b == "ok":
                 b = "garbage"  # a backend that only works with another KV dtype
@@ -201,6 +225,10 @@ def resolve_launch(
         decode_backend=decode,
         behaviour=behaviour,
         unsupported_error=error,
+        prefill_factor=prefill_rule.prefill_factor,
+        decode_factor=decode_rule.decode_factor,
+        nan_min_batch=min((r.nan_min_batch or 1) for r in nan_rules) if nan_rules else None,
+        nan_graph_only=bool(nan_rules) and all(r.nan_graph_only for r in nan_rules),
         enable_metrics=bool(given.get("enable_metrics")),
         enable_nan_detection=bool(given.get("enable_nan_detection")),
         decode_log_interval=int(given.get("decode_log_interval") or 40),

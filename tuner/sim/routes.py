@@ -72,7 +72,8 @@ def _make_request(
     body: dict[str, Any],
     default_max: int,
 ) -> Request:
-    limit = state.scenario.model.context_len - prompt_tokens
+    # a request must fit the KV pool on its own (it could never finish otherwise)
+    limit = min(state.scenario.model.context_len, state.plan.kv_tokens) - prompt_tokens
     max_new = max(1, min(limit, int(max_tokens if max_tokens is not None else default_max)))
     temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
     answer = text.answer(
@@ -98,6 +99,11 @@ def _too_long(state: ServerState, prompt_tokens: int) -> web.Response | None:
     if prompt_tokens >= ctx:
         return _error(
             f"The input ({prompt_tokens} tokens) is longer than the model's context length ({ctx} tokens)."
+        )
+    if prompt_tokens >= state.plan.kv_tokens:
+        return _error(
+            f"Input length ({prompt_tokens} tokens) exceeds the maximum allowed length "
+            f"({state.plan.kv_tokens - 1} tokens). Use a shorter input or enable --allow-auto-truncate."
         )
     return None
 
@@ -349,6 +355,10 @@ def server_info_doc(state: ServerState) -> dict[str, Any]:
         memory_usage=usage,
         last_gen_throughput=state.engine.last_gen_tok_s,
         effective_max_running_requests_per_dp=state.engine.max_running,
+        num_running_reqs=len(state.engine.running) + len(state.engine.prefilling),
+        num_waiting_reqs=len(state.engine.waiting),
+        num_used_tokens=state.engine.used_tokens,
+        num_retracted_reqs=state.engine.retracted_total,
     )
     doc = dict(args)
     doc.update(
@@ -461,6 +471,7 @@ async def metrics(request: web.Request) -> web.Response:
             len(e.running) + len(e.prefilling),
         ),
         ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", len(e.waiting)),
+        ("sglang:num_retracted_reqs", "gauge", "The number of retracted requests.", e.retracted_total),
         ("sglang:num_used_tokens", "gauge", "The number of used tokens.", e.used_tokens),
         ("sglang:token_usage", "gauge", "The token usage.", e.used_tokens / max(1, e.capacity_tokens)),
         ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", e.last_gen_tok_s),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -10,9 +11,10 @@ from typing import Any
 import yaml
 
 from tuner.errors import ConfigError
+from tuner.sim.scenario_check import Field, ScenarioError, check_batch_map, check_section, fail
 
 # Backend behaviours, mildest first; a pair of backends behaves like its worst member.
-BEHAVIOURS = ("ok", "nan_batched", "garbage", "unsupported")
+BEHAVIOURS = ("ok", "nan", "nan_batched", "garbage", "unsupported")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,6 +56,7 @@ class MemorySpec:
     graph_mib_per_graph: float
     graph_mib_per_bs: float
     capture_workspace_mib: float
+    capture_workspace_mib_per_bs: float = 0.0  # grows with the largest captured batch size
     eager_act_mib_per_req: float
     prefill_act_mib_per_token: float
     min_kv_mib: float
@@ -75,11 +78,15 @@ class PerfSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BackendRule:
-    """How one sparse-attention backend behaves on this GPU."""
+    """How one sparse-attention backend behaves on this GPU, and how fast it is."""
 
     behaviour: str = "ok"
     kv_dtype: str | None = None  # the KV dtype `auto` resolves to with this backend
     error: str = ""  # the exception line for `unsupported`
+    prefill_factor: float = 1.0  # x prefill time when this backend prefills
+    decode_factor: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (min batch, x decode step time)
+    nan_min_batch: int | None = None  # NaN in decode steps of at least this batch (None: never)
+    nan_graph_only: bool = False  # ... and only in steps replayed from a captured CUDA graph
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,6 +100,7 @@ class Scenario:
     perf: PerfSpec
     backends: dict[str, BackendRule] = field(default_factory=dict)
     default_backend: BackendRule = field(default_factory=BackendRule)
+    description: str = ""
 
     def backend(self, name: str | None) -> BackendRule:
         """The rule for backend `name` (None = nothing chosen)."""
@@ -101,43 +109,122 @@ class Scenario:
         return self.backends.get(name, self.default_backend)
 
 
-def _section(raw: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = raw.get(key)
-    if not isinstance(value, dict):
-        raise ConfigError(f"scenario: section '{key}' must be a mapping in {where}")
-    return value
-
-
-def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
-    try:
-        return cls(**raw)
-    except TypeError as exc:
-        raise ConfigError(f"scenario: {cls.__name__}: {exc} in {where}") from exc
-
-
 def parse_scenario(raw: Any, where: str) -> Scenario:
     """Scenario from the parsed YAML mapping `raw` (`where` names it in errors)."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"scenario: root must be a mapping in {where}")
+        raise fail(where, "(root)", "a mapping with gpus, model, memory, perf, backends", raw)
+    for key in raw:
+        if key not in ROOT_KEYS:
+            raise fail(where, str(key), "one of the keys " + ", ".join(ROOT_KEYS), "an unknown key")
+    name = raw.get("name", Path(where).stem)
+    description = raw.get("description", "")
+    for key, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            raise fail(where, key, "a string", value)
     backends: dict[str, BackendRule] = {}
-    for name, rule in (raw.get("backends") or {}).items():
-        rule = {"behaviour": rule} if isinstance(rule, str) else dict(rule)
-        if rule.get("behaviour", "ok") not in BEHAVIOURS:
-            raise ConfigError(
-                f"scenario: backend {name}: behaviour must be one of {BEHAVIOURS} "
-                f"(got {rule.get('behaviour')!r}) in {where}"
-            )
-        backends[str(name)] = _build(BackendRule, rule, where)
+    raw_backends = raw.get("backends") or {}
+    if not isinstance(raw_backends, dict):
+        raise fail(where, "backends", "a mapping {backend name: behaviour or rule}", raw_backends)
+    for backend, rule in raw_backends.items():
+        backends[str(backend)] = parse_backend(rule, where, f"backends.{backend}")
     default = backends.pop("default", BackendRule())
     return Scenario(
-        name=str(raw.get("name") or Path(where).stem),
-        gpus=_build(GpuSpec, _section(raw, "gpus", where), where),
-        model=_build(ModelSpec, _section(raw, "model", where), where),
-        memory=_build(MemorySpec, _section(raw, "memory", where), where),
-        perf=_build(PerfSpec, _section(raw, "perf", where), where),
+        name=name,
+        description=description,
+        gpus=GpuSpec(**check_section(raw.get("gpus"), GPU_FIELDS, where, "gpus")),
+        model=ModelSpec(**check_section(raw.get("model"), MODEL_FIELDS, where, "model")),
+        memory=MemorySpec(**check_section(raw.get("memory"), MEMORY_FIELDS, where, "memory")),
+        perf=PerfSpec(**_perf(raw.get("perf"), where)),
         backends=backends,
         default_backend=default,
     )
+
+
+def _perf(raw: Any, where: str) -> dict[str, Any]:
+    values = check_section(raw, PERF_FIELDS, where, "perf")
+    extra = values.get("graph_per_req_extra_ms", 0.0)
+    if values["per_req_step_ms"] + extra < 0:
+        raise fail(where, "perf.graph_per_req_extra_ms", "a value >= -per_req_step_ms", extra)
+    return values
+
+
+def parse_backend(rule: Any, where: str, key: str) -> BackendRule:
+    """One `backends:` entry: a behaviour name, or a mapping of rule keys."""
+    if isinstance(rule, str) or rule is None:
+        rule = {"behaviour": rule}
+    values = check_section(rule, BACKEND_FIELDS, where, key)
+    if "decode_factor" in values:
+        values["decode_factor"] = check_batch_map(values["decode_factor"], where, f"{key}.decode_factor")
+    behaviour = values.get("behaviour", "ok")
+    if behaviour == "nan_batched":
+        values.setdefault("nan_min_batch", 2)
+    elif behaviour == "nan":
+        values.setdefault("nan_min_batch", 1)
+    elif values.get("nan_min_batch") is not None or values.get("nan_graph_only"):
+        raise fail(where, f"{key}.behaviour", "nan or nan_batched when nan_min_batch/nan_graph_only is set",
+                   behaviour)
+    return BackendRule(**values)
+
+
+def _kv_dtype(value: str) -> str | None:
+    return None if value in KV_DTYPES else "one of " + ", ".join(KV_DTYPES)
+
+
+def _capability(value: str) -> str | None:
+    return None if re.fullmatch(r"\d+\.\d+", value) else 'a quoted "MAJOR.MINOR" such as "9.0"'
+
+
+# KV dtypes a scenario may name (SGLang's --kv-cache-dtype spellings)
+KV_DTYPES = ("fp8_e4m3", "fp8_e5m2", "mxfp8", "bf16", "bfloat16", "fp4_e2m1", "nvfp4", "fp4_mx_block16")
+ROOT_KEYS = ("name", "description", "gpus", "model", "memory", "perf", "backends")
+GPU_FIELDS = {
+    "name": Field(kind="str"),
+    "compute_capability": Field(kind="str", check=_capability),
+    "total_mib": Field(kind="int", above=0),
+    "count": Field(kind="int", low=1),
+}
+MODEL_FIELDS = {
+    "name": Field(kind="str"),
+    "architecture": Field(kind="str"),
+    "dtype": Field(kind="str", default="torch.bfloat16"),
+    "weights_mib_per_gpu": Field(kind="float", above=0),
+    "reference_tp": Field(kind="int", low=1, default=1),
+    "kv_bytes_per_token": Field(kind="int", above=0),
+    "context_len": Field(kind="int", low=1),
+    "load_s": Field(kind="float", low=0, high=600),
+    "sparse_attention": Field(kind="bool", default=False),
+    "default_kv_dtype": Field(kind="str", default="bfloat16", check=_kv_dtype),
+}
+MEMORY_FIELDS = {
+    "static_reserve_mib": Field(kind="float", low=0),
+    "runtime_overhead_mib": Field(kind="float", low=0),
+    "graph_mib_per_graph": Field(kind="float", low=0),
+    "graph_mib_per_bs": Field(kind="float", low=0),
+    "capture_workspace_mib": Field(kind="float", low=0),
+    "capture_workspace_mib_per_bs": Field(kind="float", low=0, default=0.0),
+    "eager_act_mib_per_req": Field(kind="float", low=0),
+    "prefill_act_mib_per_token": Field(kind="float", low=0),
+    "min_kv_mib": Field(kind="float", low=0),
+}
+PERF_FIELDS = {
+    "prefill_tok_s": Field(kind="float", above=0),
+    "prefill_chunk_overhead_ms": Field(kind="float", low=0),
+    "launch_overhead_ms": Field(kind="float", low=0),
+    "base_step_ms": Field(kind="float", above=0),
+    "per_req_step_ms": Field(kind="float", low=0),
+    "graph_per_req_extra_ms": Field(kind="float", default=0.0),
+    "capture_s_per_graph": Field(kind="float", low=0, high=60, default=0.02),
+    "noise_pct": Field(kind="float", low=0, high=10, default=2.0),
+}
+BACKEND_FIELDS = {
+    "behaviour": Field(kind="str", choices=BEHAVIOURS, default="ok"),
+    "kv_dtype": Field(kind="str", optional=True, default=None, check=_kv_dtype),
+    "error": Field(kind="str", default=""),
+    "prefill_factor": Field(kind="float", above=0, high=100, default=1.0),
+    "decode_factor": Field(kind="any", default=1.0),  # a number or {min batch: factor}: check_batch_map
+    "nan_min_batch": Field(kind="int", low=1, optional=True, default=None),
+    "nan_graph_only": Field(kind="bool", default=False),
+}
 
 
 def builtin_names() -> tuple[str, ...]:
@@ -163,5 +250,6 @@ def load_scenario(name_or_path: str) -> Scenario:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"scenario: bad YAML in {where}: {exc}") from exc
+        detail = " ".join(str(exc).split())
+        raise ScenarioError(f"scenario: {where}: not valid YAML: {detail}") from exc
     return parse_scenario(raw, where)
