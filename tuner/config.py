@@ -58,6 +58,7 @@ class Outcome(str, Enum):
     SLO_VIOLATION = "slo_violation"
     INTERRUPTED = "interrupted"
     INFRA_ERROR = "infra_error"
+    PRUNED = "pruned"  # not launched: a failure rule or the memory model proved it would fail
 
     @property
     def measured(self) -> bool:
@@ -149,6 +150,7 @@ class Failure:
     exit_code: int | None = None
     backend: str | None = None  # the attention backend the log blames (log_events.FailureVerdict)
     backend_role: str | None = None  # "prefill" or "decode", when the log says which
+    stage: str | None = None  # load, capture, warmup or serving: where the server failed, if the log says
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Literal, TypeVar, cast
 
@@ -232,13 +233,7 @@ class _TrialRun:
                 self.server.died.wait(1.0)
         failure = self.server.classify(phase)
         if failure.outcome is Outcome.CRASHED and phase is Phase.BENCH:
-            failure = Failure(
-                outcome=Outcome.CRASHED_DURING_BENCH,
-                phase=phase,
-                message=failure.message,
-                excerpt=failure.excerpt,
-                exit_code=failure.exit_code,
-            )
+            failure = replace(failure, outcome=Outcome.CRASHED_DURING_BENCH, phase=phase)
         return failure
 
     def _gpu_indices(self) -> tuple[int, ...]:

@@ -25,11 +25,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument("--space", required=True, type=Path, help="search space YAML")
     run.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
     run.add_argument("--study", default=None, help="study name (default from the space: NAME-vVERSION)")
-    run.add_argument("--trials", type=int, default=None, help="finished trials wanted in the study")
+    run.add_argument(
+        "--trials", type=int, default=None, help="launches wanted in the study (pruned asks are free)"
+    )
     run.add_argument("--timeout", type=duration, default=None, help="wall-time budget, e.g. 8h, 30m")
     run.add_argument("--plain", action="store_true", help="log lines instead of the live display")
     run.add_argument(
         "--gpus", type=gpu_list, default=None, help="this worker's GPUs, e.g. 0,1,2,3 (overrides the space)"
+    )
+    run.add_argument(
+        "--warm-start",
+        default=None,
+        metavar="STUDY",
+        help="begin with an earlier study's feasible configs and rules",
+    )
+    run.add_argument(
+        "--warm-start-db", default=None, metavar="URL", help="the earlier study's database (default: --db)"
     )
     run.set_defaults(handler=cmd_run)
 
@@ -65,12 +76,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tuner.study.runner import Hooks, StudyRunner, TrialEvent
 
     space = _with_gpus(load_space(args.space), args.gpus)
+    warm = None
+    if args.warm_start is not None:
+        from tuner.study.warm import WarmStart
+
+        warm = WarmStart(url=database_url(args.warm_start_db or args.db), study=args.warm_start)
     runner = StudyRunner(
         space,
         db_url=database_url(args.db),
         study_name=args.study,
         n_trials=args.trials,
         timeout_s=args.timeout,
+        warm_start=warm,
     )
     metric_names = [o.metric for o in space.objectives]
     if args.plain or not sys.stderr.isatty():
@@ -97,9 +114,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 Hooks(on_trial=display.on_trial, on_phase=display.on_phase, on_start=display.on_start)
             )
     print(
-        f"study {summary.study_name}: {summary.completed}/{summary.budget or '∞'} trials finished"
+        f"study {summary.study_name}: {summary.completed}/{summary.budget or '∞'} launches finished"
         f"{' (interrupted; run the same command to resume)' if summary.interrupted else ''}"
     )
+    if summary.exhausted:
+        print(f"search stopped early: {summary.exhausted}")
     from tuner.report.status import print_status
 
     print_status(runner.store, summary.study_name, runner.study)

@@ -213,6 +213,7 @@ class FailureVerdict:
     excerpt: str
     backend: str | None = None
     role: str | None = None
+    stage: str | None = None  # load, capture, warmup or serving: where it failed, as the log proves
 
 
 LogEvent: TypeAlias = (

@@ -192,7 +192,12 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     outcome, message = _verdict(event, stage, exit_code)
     backend, role = blame_backend(clean, i, state.backends)
     return FailureVerdict(
-        outcome=outcome, message=_one_line(message), excerpt=_excerpt(clean, i), backend=backend, role=role
+        outcome=outcome,
+        message=_one_line(message),
+        excerpt=_excerpt(clean, i),
+        backend=backend,
+        role=role,
+        stage=STAGE_NAMES[stage],
     )
 
 
@@ -226,6 +231,7 @@ def _unrecognised(
         excerpt=_excerpt(clean, min(end - 1, t + _MAX_EXCERPT - 4)),
         backend=backend,
         role=role,
+        stage=STAGE_NAMES[stage],
     )
 
 
@@ -278,6 +284,8 @@ def _verdict(event: FailureLine, stage: str, exit_code: int | None) -> tuple[Out
     return Outcome.CRASHED, f"server {_exit_text(exit_code)} {stage}: {detail}"
 
 
+# The stage phrases of the messages -> the stage names a failure carries.
+STAGE_NAMES = {"at load": "load", "at capture": "capture", "at warmup": "warmup", "under load": "serving"}
 _UNDER_LOAD_ONLY = frozenset({FailureKind.KV_EXHAUSTED, FailureKind.REQ_SLOTS_EXHAUSTED})
 
 

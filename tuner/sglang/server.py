@@ -252,6 +252,7 @@ class ServerProcess:
             exit_code=self.exit_code(),
             backend=verdict.backend,
             backend_role=verdict.role,
+            stage=verdict.stage,
         )
 
     def _watchdog_failure(self, outcome: Outcome, message: str) -> Failure:

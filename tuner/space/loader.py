@@ -31,7 +31,7 @@ from tuner.space.sampling import (
     parse_set_overrides,
     suggest,
 )
-from tuner.space.sections import Budget, EngineSpec, Objective, SamplerSpec, Slo, SpaceFile
+from tuner.space.sections import Budget, EngineSpec, Objective, SamplerSpec, SearchSettings, Slo, SpaceFile
 from tuner.space.source import Section, read_source
 from tuner.space.validation import read_settings
 
@@ -87,6 +87,7 @@ class SearchSpace:
     budget: Budget
     timeouts: LaunchTimeouts
     sampler: SamplerSpec
+    search: SearchSettings
     log_dir: Path
 
     @property
@@ -169,5 +170,6 @@ def load_space(path: str | Path, *, environ: Mapping[str, str] | None = None) ->
         budget=doc.budget,
         timeouts=doc.timeouts,
         sampler=doc.sampler,
+        search=doc.search,
         log_dir=Path(doc.log_dir) if doc.log_dir is not None else Path("runs") / study,
     )

@@ -1,10 +1,10 @@
 """Using a SearchSpace: Optuna suggestions, params dicts to TrialConfigs, --set overrides, enumeration.
 
-    suggest(space, trial)            -> (TrialConfig, params)   define-by-run, conditions honoured
-    config_from_params(space, p)     -> TrialConfig             baselines, --set, retries, export
-    parse_set_overrides(space, kvs)  -> params                  "name=value" strings from the command line
-    enumerate_choices(space)         -> params dicts covering every choice and both ends of each range
-    forbidden_reason(space, params)  -> why a combination must not be launched, or None
+suggest(space, trial)            -> (TrialConfig, params)   define-by-run, conditions honoured
+config_from_params(space, p)     -> TrialConfig             baselines, --set, retries, export
+parse_set_overrides(space, kvs)  -> params                  "name=value" strings from the command line
+enumerate_choices(space)         -> params dicts covering every choice and both ends of each range
+forbidden_reason(space, params)  -> why a combination must not be launched, or None
 """
 
 from __future__ import annotations
@@ -48,9 +48,54 @@ def suggest(space: SearchSpace, trial: optuna.trial.BaseTrial) -> tuple[TrialCon
             else:
                 step = int(p.step or 1)
                 values[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), step=step, log=p.log)
+        elif p.kind is ParamKind.BACKEND_PAIR:
+            prefills, decodes = role_choices(p.choices)
+            prefill = trial.suggest_categorical(p.name + PREFILL_KEY, prefills)
+            decode = trial.suggest_categorical(p.name + DECODE_KEY, decodes)
+            values[p.name] = f"{prefill}/{decode}"
         else:
             values[p.name] = trial.suggest_categorical(p.name, p.choices)
     return _build(space, values), values
+
+
+# A backend pair is sampled as two categoricals, one per role, so that what a failure teaches about a
+# backend carries over to every pair that uses it; pairs outside the space's choices are not launched.
+PREFILL_KEY, DECODE_KEY = ".prefill", ".decode"
+
+
+def role_choices(pairs: Iterable[Any]) -> tuple[list[str], list[str]]:
+    """The prefill and the decode backends of a pair param's choices, in order of first use."""
+    prefills: list[str] = []
+    decodes: list[str] = []
+    for code in pairs:
+        prefill, decode = split_backend_pair(str(code))
+        if prefill not in prefills:
+            prefills.append(prefill)
+        if decode not in decodes:
+            decodes.append(decode)
+    return prefills, decodes
+
+
+def joined_params(space: SearchSpace, params: Mapping[str, object]) -> dict[str, object]:
+    """Params as the space names them: a pair sampled per role (`name.prefill`, `name.decode`) joined."""
+    out = dict(params)
+    for p in space.params:
+        if p.kind is not ParamKind.BACKEND_PAIR:
+            continue
+        prefill, decode = out.pop(p.name + PREFILL_KEY, None), out.pop(p.name + DECODE_KEY, None)
+        if p.name not in out and prefill is not None and decode is not None:
+            out[p.name] = f"{prefill}/{decode}"
+    return out
+
+
+def sampler_params(space: SearchSpace, params: Mapping[str, object]) -> dict[str, object]:
+    """Params as the sampler names them (for enqueueing): each backend pair split per role."""
+    out = dict(params)
+    for p in space.params:
+        if p.kind is ParamKind.BACKEND_PAIR and isinstance(out.get(p.name), str):
+            prefill, decode = split_backend_pair(str(out.pop(p.name)))
+            out[p.name + PREFILL_KEY], out[p.name + DECODE_KEY] = prefill, decode
+    return out
 
 
 def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> TrialConfig:
@@ -58,6 +103,7 @@ def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> Tria
 
     Params whose condition does not hold are ignored (a `--set` may switch a parent off).
     """
+    params = joined_params(space, params)
     known = {p.name for p in space.params}
     unknown = [k for k in params if k not in known]
     if unknown:
@@ -111,7 +157,12 @@ def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
 
 
 def forbidden_reason(space: SearchSpace, params: Mapping[str, object]) -> str | None:
-    """Why this combination must not be launched (a `forbidden:` entry matches), or None."""
+    """Why this combination must not be launched (a `forbidden:` entry matches, or a backend pair
+    that is not among its param's choices), or None."""
+    params = joined_params(space, params)
+    for p in space.params:
+        if p.kind is ParamKind.BACKEND_PAIR and p.name in params and params[p.name] not in p.choices:
+            return f"backend pair {params[p.name]} is not among the choices of {p.name} ({p.source})"
     hit = forbidden_match(space.forbidden, params)
     return None if hit is None else f"{hit.reason} ({hit.source})"
 

@@ -182,6 +182,21 @@ class SamplerSpec(Settings):
     n_startup_trials: int = Field(default=8, ge=0)
 
 
+class Finalists(Settings):
+    """Near the end of the budget, the best front candidates are launched again (counted in the budget)."""
+
+    count: int = Field(default=3, ge=0)  # candidates re-measured; 0 turns it off
+    repeats: int = Field(default=2, ge=0)  # launches of each, on top of its first measurement
+
+
+class SearchSettings(Settings):
+    """How the study learns from failures (see tuner/search)."""
+
+    prune: bool = True  # suggestions a failure rule or the memory model covers are not launched
+    finalists: Finalists = Field(default_factory=Finalists)
+    max_pruned_asks: int = Field(default=200, ge=1)  # asks in a row all pruned: the space is exhausted
+
+
 class LineAware:
     """Marks a key of `SpaceFile` whose value the line-aware readers check (params, fixed flags, ...)."""
 
@@ -249,6 +264,7 @@ class SpaceFile(Settings):
     budget: Budget = Field(default_factory=Budget)
     timeouts: LaunchTimeouts = Field(default_factory=LaunchTimeouts)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    search: SearchSettings = Field(default_factory=SearchSettings)
     log_dir: str | None = Field(default=None, min_length=1)  # None = runs/<study name>
 
     @field_validator("constraints", mode="before")

@@ -1,12 +1,12 @@
 """The overnight study: Optuna ask/tell around run_trial, resumable, shared by workers.
 
-Storage is Optuna's RDB storage in the same database as the tuner's own
-tables. The loop owns ask/tell so it can (a) reap trials of dead workers and
-retry them once, (b) reuse the recorded result of an effective configuration
-already measured instead of relaunching it, (c) report config-caused failures
-as COMPLETE-but-infeasible and infrastructure faults as FAIL, and (d) keep one
-global trial budget across workers (an exclusive lock around count + ask on
-one host; across hosts the overshoot is at most one trial per extra worker).
+Storage is Optuna's RDB storage in the same database as the tuner's own tables. The loop owns
+ask/tell so it can (a) reap trials of dead workers and retry them once, (b) reuse the recorded
+result of an effective launch already measured, (c) not launch a suggestion a failure rule or
+the memory model proves bad (tuner.search: told infeasible, recorded `pruned`, not counted in
+the budget), (d) never launch what another worker is running, (e) draw sampler seeds no worker
+or resumed run repeats, (f) spend the last launches of the budget re-measuring the finalists,
+and (g) keep one global launch budget across workers (an exclusive lock around count + ask).
 """
 
 from __future__ import annotations
@@ -18,28 +18,32 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult
-from tuner.engine import Engine
-from tuner.errors import StoreError
+from tuner.config import Outcome, Phase, TrialResult
 from tuner.interrupts import INTERRUPTS
-from tuner.objectives import is_feasible, judge
+from tuner.objectives import is_feasible
+from tuner.search.evidence import Evidence
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.sglang.process import pid_alive
-from tuner.space.loader import SearchSpace, forbidden_reason, suggest
-from tuner.space.sections import Objective
+from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
+from tuner.space.sampling import sampler_params
 from tuner.store.sql import SqlStore
-from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, objectives_of, open_study
+from tuner.study import finalists
+from tuner.study.learn import NOT_LAUNCHED, policy_for, running_keys, sampler_seed, study_evidence
+from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, make_sampler, open_study
+from tuner.study.tell import Teller, not_launched
+from tuner.study.warm import WarmStart
 from tuner.trial import run_trial
 
 log = logging.getLogger(__name__)
+
+Execute = Callable[..., TrialResult]  # run_trial's signature: (config, ctx, *, label, prepared=None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,6 +58,7 @@ class TrialEvent:
     message: str
     duration_s: float
     overhead_s: float | None = None  # the tuner's own time: everything but waiting on the server
+    launched: bool = True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,10 +66,11 @@ class RunSummary:
     """How a `run` ended."""
 
     study_name: str
-    completed: int
+    completed: int  # launches counted in the budget (finalist repeats included)
     budget: int | None  # None: no trial cap (time budget or Ctrl-C ends the run)
     interrupted: bool
     ran: int
+    exhausted: str | None = None  # why the search stopped before its budget, if it did
 
 
 class Hooks:
@@ -95,6 +101,8 @@ class StudyRunner:
         timeout_s: float | None = None,
         hooks: Hooks | None = None,
         progress: bool = False,
+        warm_start: WarmStart | None = None,
+        execute: Execute = run_trial,
     ) -> None:
         self.space = space
         self.db_url = db_url
@@ -110,17 +118,32 @@ class StudyRunner:
         self.stop_requested = threading.Event()
         self.progress = progress
         self.host = socket.gethostname()
+        self.teller = Teller(self.study, self.store, space, self.run_dir)
+        self.warm = warm_start
+        self.warm_evidence: list[Evidence] = warm_start.evidence(space) if warm_start else []
+        self.execute = execute
+        self._ask_started = time.monotonic()
 
     # -- bookkeeping under the lock -------------------------------------------------------------
 
-    def _prepare(self) -> None:
+    def _prepare(self, ctx: TrialContext) -> None:
         with INTERRUPTS.deferred(), ask_lock(self.lock):
             self._reap_dead_workers()
             attrs = self.study.user_attrs
             if not attrs.get("baselines_enqueued"):
                 for params in self.space.baselines:
-                    self.study.enqueue_trial(dict(params), user_attrs={"baseline": True}, skip_if_exists=True)
+                    self.study.enqueue_trial(
+                        sampler_params(self.space, params), user_attrs={"baseline": True}, skip_if_exists=True
+                    )
                 self.study.set_user_attr("baselines_enqueued", True)
+            if self.warm is not None and not attrs.get("warm_started"):
+                for params in self.warm.launchable(self.space, ctx.engine):
+                    self.study.enqueue_trial(
+                        sampler_params(self.space, params),
+                        user_attrs={"warm_start": True},
+                        skip_if_exists=True,
+                    )
+                self.study.set_user_attr("warm_started", f"{self.warm.study} in {self.warm.shown}")
 
     def _reap_dead_workers(self) -> None:
         """Fail RUNNING trials whose worker on this host is gone, and enqueue one retry of each."""
@@ -148,9 +171,12 @@ class StudyRunner:
         )
 
     def _counts(self) -> tuple[int, int]:
+        """Launches finished (finalist repeats included) and running, as the budget counts them."""
         trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        done = sum(1 for t in trials if t.state is TrialState.COMPLETE)
-        return done, len(trials) - done
+        launched = [t for t in trials if not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)]
+        done = sum(1 for t in launched if t.state is TrialState.COMPLETE)
+        state = self.study.user_attrs.get(finalists.STATE_ATTR) or {}
+        return done + finalists.claimed(state), len(launched) - done
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -159,34 +185,59 @@ class StudyRunner:
         if hooks is not None:
             self.hooks = hooks
         started = time.monotonic()
-        ran = 0
+        ran = idle = 0
         interrupted = False
+        exhausted: str | None = None
         with trial_session(self.space, progress=self.progress) as ctx:
-            self._prepare()
+            self._prepare(ctx)
             while not self.stop_requested.is_set():
                 if self.timeout_s is not None and time.monotonic() - started > self.timeout_s:
                     log.info("time budget of %.0f s spent", self.timeout_s)
                     break
-                trial = self._ask()
-                if trial is None:
+                job = self._next()
+                if job is None:
                     break
-                outcome = self._run_one(trial, ctx)
+                if isinstance(job, finalists.FinalistJob):
+                    outcome, launched = self._run_finalist(job, ctx), True
+                else:
+                    outcome, launched = self._run_one(job, ctx)
                 ran += 1
+                idle = 0 if launched else idle + 1
                 if outcome is Outcome.INTERRUPTED:
                     interrupted = True
                     break
+                if idle >= self.space.search.max_pruned_asks:
+                    exhausted = (
+                        f"the last {idle} suggestions were all covered by failure rules, the memory model or "
+                        "earlier launches: the space has nothing new to launch (see `status` for the rules)"
+                    )
+                    log.warning("%s", exhausted)
+                    break
         done, _ = self._counts()
         return RunSummary(
-            study_name=self.name, completed=done, budget=self.budget, interrupted=interrupted, ran=ran
+            study_name=self.name,
+            completed=done,
+            budget=self.budget,
+            interrupted=interrupted,
+            ran=ran,
+            exhausted=exhausted,
         )
 
-    def _ask(self) -> optuna.Trial | None:
+    def _next(self) -> optuna.Trial | finalists.FinalistJob | None:
         self._ask_started = time.monotonic()
         with INTERRUPTS.deferred(), ask_lock(self.lock):
             self._reap_dead_workers()
             done, running = self._counts()
-            if self.budget is not None and done + running >= self.budget:
-                return None
+            if self.budget is not None:
+                if done + running >= self.budget:
+                    return None
+                job = self._finalist_job(done, running)
+                if job is not None:
+                    return job
+            asked = len(self.study.get_trials(deepcopy=False))
+            self.study.sampler = make_sampler(
+                self.space, seed=sampler_seed(self.space.sampler.seed, self.host, asked)
+            )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 trial = self.study.ask()
@@ -196,7 +247,32 @@ class StudyRunner:
                 self.hooks.on_start(trial.number, done)
             return trial
 
-    def _run_one(self, trial: optuna.Trial, ctx: TrialContext) -> Outcome:
+    def _finalist_job(self, done: int, running: int) -> finalists.FinalistJob | None:
+        """With only the finalists' launches left in the budget, the next repeat to run (claimed)."""
+        spec = self.space.search.finalists
+        assert self.budget is not None
+        state: dict[str, int] | None = self.study.user_attrs.get(finalists.STATE_ATTR)
+        if state is None:
+            reserve = spec.count * spec.repeats
+            if reserve == 0 or done + running < self.budget - reserve:
+                return None
+            trials = self.study.get_trials(deepcopy=False)
+            picks = finalists.pick_finalists(trials, self.space.directions, spec.count)
+            state = {str(n): 0 for n in picks}
+            self.study.set_user_attr(finalists.STATE_ATTR, state)
+            log.info("finalists (re-measured %d times each): trials %s", spec.repeats, picks or "none")
+        found = finalists.next_job(self.study.get_trials(deepcopy=False), state, spec.repeats)
+        if found is None:
+            return None
+        job, state = found
+        self.study.set_user_attr(finalists.STATE_ATTR, state)
+        return job
+
+    def _policy_evidence(self) -> list[Evidence]:
+        return [*self.warm_evidence, *study_evidence(self.space, self.study.get_trials(deepcopy=False))]
+
+    def _run_one(self, trial: optuna.Trial, ctx: TrialContext) -> tuple[Outcome, bool]:
+        """Suggest, screen and (if nothing proves it bad) launch one trial; (outcome, launched)."""
         t0 = time.monotonic()
         label = f"trial-{trial.number:04d}"
         with Heartbeat(self.study, trial):
@@ -204,119 +280,114 @@ class StudyRunner:
             prepared = prepare_launch(config, ctx, label=label)
             chash = key_of(prepared)
             trial.set_user_attr("cfg_hash", chash)
-            reused = self._measured_before(chash, exclude=trial.number)
-            if reused is not None:
-                with INTERRUPTS.deferred():
-                    return self._tell_reused(trial, reused, t0)
-            forbidden = forbidden_reason(self.space, params)
-            if forbidden is not None:
-                result = _not_launched(
-                    config, ctx.engine, Outcome.BAD_FLAG, f"forbidden combination: {forbidden}"
-                )
-            else:
-                phase_ctx = _with_phase_hook(ctx, trial.number, self.hooks)
-                result = run_trial(config, phase_ctx, label=label, prepared=prepared)
+            with INTERRUPTS.deferred():
+                reused = self._measured_before(chash, exclude=trial.number)
+                if reused is not None:
+                    self.teller.reused(trial, reused)
+                    outcome = Outcome(reused.user_attrs.get("outcome", "ok"))
+                    message = f"same launch as trial {reused.number}: result reused"
+                    feasible = is_feasible(reused.constraints)
+                    self._announce(
+                        trial.number, outcome, tuple(reused.values), feasible, reused.number, message, t0
+                    )
+                    return outcome, False
+                forbidden = forbidden_reason(self.space, params)
+                if forbidden is not None:
+                    result = not_launched(
+                        config,
+                        ctx.engine.sglang_version,
+                        Outcome.BAD_FLAG,
+                        f"forbidden combination: {forbidden}",
+                    )
+                    verdict = self.teller.launched(trial, result, params, chash, extra={"forbidden": True})
+                    self._announce(trial.number, verdict.outcome, verdict.values, False, None, forbidden, t0)
+                    return verdict.outcome, False
+                decision = policy_for(self.space, self._policy_evidence()).decide(config)
+                if not decision.launch:
+                    verdict = self.teller.pruned(
+                        trial, config, params, chash, decision, ctx.engine.sglang_version
+                    )
+                    self._announce(
+                        trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0
+                    )
+                    return Outcome.PRUNED, False
+                twin = running_keys(self.study.get_trials(deepcopy=False), exclude=trial.number).get(chash)
+                if twin is not None:
+                    trial.set_user_attr("duplicate_running", twin)
+                    self.study.tell(trial, state=TrialState.FAIL)
+                    message = f"same launch as trial {twin}, running now: not launched twice"
+                    self._announce(trial.number, Outcome.PRUNED, (), False, twin, message, t0)
+                    return Outcome.PRUNED, False
+                p = decision.prediction
+                trial.set_user_attr("pred_kv_tokens", p.kv_tokens)
+                trial.set_user_attr("pred_min_free_mib", p.min_free_mib)
+            phase_ctx = _with_phase_hook(ctx, trial.number, self.hooks)
+            result = self.execute(config, phase_ctx, label=label, prepared=prepared)
         with INTERRUPTS.deferred():
-            return self._tell(trial, result, params, chash, t0)
+            verdict = self.teller.launched(trial, result, params, chash)
+            if verdict.retryable:
+                frozen = self.study.get_trials(deepcopy=False)[trial.number]
+                self._retry(frozen, reason=result.outcome.value)
+            message = result.failure.message if result.failure else verdict.message
+            values = () if verdict.retryable else verdict.values
+            self._announce(trial.number, verdict.outcome, values, verdict.feasible, None, message, t0, result)
+        return verdict.outcome, True
+
+    def _run_finalist(self, job: finalists.FinalistJob, ctx: TrialContext) -> Outcome:
+        """Launch a finalist again and record the repeat beside its original row."""
+        t0 = time.monotonic()
+        number = job.trial.number
+        config = config_from_params(self.space, job.trial.params)
+        label = f"finalist-{number:04d}-{job.repeat}"
+        result = self.execute(config, _with_phase_hook(ctx, number, self.hooks), label=label)
+        with INTERRUPTS.deferred():
+            verdict = self.teller.verdict(result)
+            original = next(
+                (
+                    r
+                    for r in self.store.trials(self.name)
+                    if r.trial_number == number and r.confirm_of is None
+                ),
+                None,
+            )
+            if verdict.retryable:
+                self._unclaim(number)
+            else:
+                self.store.record(
+                    result,
+                    study=self.name,
+                    trial_number=None,
+                    params=dict(job.trial.params),
+                    config_hash=str(job.trial.user_attrs.get("cfg_hash", "")),
+                    verdict=verdict,
+                    confirm_of=original.id if original is not None else None,
+                )
+            message = f"finalist trial {number}, repeat {job.repeat}: " + (
+                result.failure.message if result.failure else verdict.message
+            )
+            self._announce(
+                number, verdict.outcome, verdict.values, verdict.feasible, None, message, t0, result
+            )
+        return verdict.outcome
+
+    def _unclaim(self, number: int) -> None:
+        with ask_lock(self.lock):
+            state = dict(self.study.user_attrs.get(finalists.STATE_ATTR) or {})
+            key = str(number)
+            if state.get(key, 0) > 0:
+                state[key] -= 1
+                self.study.set_user_attr(finalists.STATE_ATTR, state)
 
     def _measured_before(self, chash: str, *, exclude: int) -> FrozenTrial | None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            attrs = t.user_attrs
             if (
                 t.number != exclude
-                and t.user_attrs.get("cfg_hash") == chash
-                and "dedup_of" not in t.user_attrs
+                and attrs.get("cfg_hash") == chash
+                and not any(attrs.get(k) for k in NOT_LAUNCHED)
             ):
                 return t
         return None
-
-    def _tell_reused(self, trial: optuna.Trial, prior: FrozenTrial, t0: float) -> Outcome:
-        for key, value in prior.constraints.items():
-            trial.set_constraint(key, value)
-        for key in ("outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
-            if key in prior.user_attrs:
-                trial.set_user_attr(key, prior.user_attrs[key])
-        trial.set_user_attr("dedup_of", prior.number)
-        self.study.tell(trial, list(prior.values))
-        outcome = Outcome(prior.user_attrs.get("outcome", "ok"))
-        self._announce(
-            trial.number,
-            outcome,
-            tuple(prior.values),
-            is_feasible(prior.constraints),
-            prior.number,
-            f"same launch as trial {prior.number}: result reused",
-            t0,
-        )
-        return outcome
-
-    def _tell(
-        self, trial: optuna.Trial, result: TrialResult, params: dict[str, Any], chash: str, t0: float
-    ) -> Outcome:
-        objectives = objectives_of(self.space)
-        verdict = judge(
-            result, objectives, self.space.constraints, worst_seen=_worst_seen(self.study, objectives)
-        )
-        message = result.failure.message if result.failure else verdict.message
-        try:
-            self.store.record(
-                result,
-                study=self.name,
-                trial_number=trial.number,
-                params=params,
-                config_hash=chash,
-                verdict=verdict,
-            )
-        except StoreError as exc:
-            log.error("could not record trial %d: %s", trial.number, exc)
-        attrs = {
-            "outcome": verdict.outcome.value,
-            "feasible": verdict.feasible,
-            "failure": result.failure.outcome.value if result.failure else None,
-            "failure_message": (result.failure.message[:500] if result.failure else None),
-            "phase": result.failure.phase.value if result.failure else None,
-            "kv_tokens": verdict.metrics.get("kv_tokens"),
-            "output_throughput": verdict.metrics.get("output_throughput"),
-            "log": str(result.launch.log_path) if result.launch else None,
-        }
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
-        for key, value in verdict.constraints.items():
-            trial.set_user_attr(f"c_{key}", value)
-        self._attach_log(trial, result)
-        if verdict.retryable:
-            # interrupted or infrastructure: not the configuration's fault, so FAIL and retry it
-            self.study.tell(trial, state=TrialState.FAIL)
-            frozen = self.study.get_trials(deepcopy=False)[trial.number]
-            self._retry(frozen, reason=result.outcome.value)
-            self._announce(trial.number, result.outcome, (), False, None, message, t0, result)
-            return result.outcome
-        for key, value in verdict.constraints.items():
-            trial.set_constraint(key, value)
-        self.study.tell(trial, list(verdict.values))
-        self._announce(
-            trial.number, verdict.outcome, verdict.values, verdict.feasible, None, message, t0, result
-        )
-        return verdict.outcome
-
-    def _attach_log(self, trial: optuna.Trial, result: TrialResult) -> None:
-        """The server log as an Optuna artifact (optuna-dashboard --artifact-dir <run dir>/artifacts)."""
-        if result.launch is None or not result.launch.log_path.exists():
-            return
-        try:
-            from optuna.artifacts import FileSystemArtifactStore, upload_artifact
-
-            store_dir = self.run_dir / "artifacts"
-            store_dir.mkdir(parents=True, exist_ok=True)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                upload_artifact(
-                    artifact_store=FileSystemArtifactStore(str(store_dir)),
-                    file_path=str(result.launch.log_path),
-                    study_or_trial=trial,
-                    mimetype="text/plain",
-                )
-        except Exception as exc:  # a log that cannot be attached never loses the trial
-            log.warning("could not attach %s to trial %d: %s", result.launch.log_path, trial.number, exc)
 
     def _announce(
         self,
@@ -334,7 +405,7 @@ class StudyRunner:
         if result is not None:
             t = result.timings
             waited = t.wait_gpus_s + t.launch_s + t.gate_s + t.bench_s + t.teardown_s
-            overhead = max(0.0, now - getattr(self, "_ask_started", t0) - waited)
+            overhead = max(0.0, now - self._ask_started - waited)
         if self.hooks.on_trial is not None:
             self.hooks.on_trial(
                 TrialEvent(
@@ -346,42 +417,13 @@ class StudyRunner:
                     message=message,
                     duration_s=now - t0,
                     overhead_s=overhead,
+                    launched=result is not None,
                 )
             )
-
-
-def _worst_seen(study: optuna.Study, objectives: tuple[Objective, ...]) -> dict[str, float]:
-    worst: dict[str, float] = {}
-    trials = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get("feasible")
-    ]
-    for i, obj in enumerate(objectives):
-        if obj.direction == "minimize" and trials:
-            worst[obj.metric] = max(t.values[i] for t in trials)
-    return worst
-
-
-def _not_launched(config: TrialConfig, engine: Engine, outcome: Outcome, message: str) -> TrialResult:
-    from datetime import datetime, timezone
-
-    now = datetime.now(timezone.utc)
-    return TrialResult(
-        config=config,
-        launch=None,
-        outcome=outcome,
-        failure=Failure(outcome=outcome, phase=Phase.RENDER, message=message),
-        sglang_version=engine.sglang_version,
-        started_at=now,
-        finished_at=now,
-    )
 
 
 def _with_phase_hook(ctx: TrialContext, number: int, hooks: Hooks) -> TrialContext:
     if hooks.on_phase is None:
         return ctx
     on_phase = hooks.on_phase
-    from dataclasses import replace
-
     return replace(ctx, on_phase=lambda phase, detail: on_phase(number, phase, detail))

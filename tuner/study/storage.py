@@ -36,11 +36,15 @@ def make_storage(url: str) -> RDBStorage:
         )
 
 
-def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
-    """The sampler the space asks for; TPE (multivariate, grouped) suits 20-60 trials, conditional spaces."""
+def make_sampler(space: SearchSpace, *, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler the space asks for; TPE (multivariate, grouped) suits 20-60 trials, conditional spaces.
+
+    `seed` overrides the space's (the study derives one per ask, so no stream is drawn twice).
+    """
     spec = space.sampler
+    seed = spec.seed if seed is None else seed
     if spec.kind == "random":
-        return optuna.samplers.RandomSampler(seed=spec.seed)
+        return optuna.samplers.RandomSampler(seed=seed)
     if spec.kind == "gp":
         missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
         if missing:
@@ -48,7 +52,7 @@ def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
                 f"sampler: gp needs {' and '.join(missing)} (pip install {' '.join(missing)}), "
                 f"or use kind: tpe, in {space.path}"
             )
-        return optuna.samplers.GPSampler(seed=spec.seed, n_startup_trials=spec.n_startup_trials)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=spec.n_startup_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
@@ -56,7 +60,7 @@ def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
             group=True,
             constant_liar=True,
             n_startup_trials=spec.n_startup_trials,
-            seed=spec.seed,
+            seed=seed,
         )
 
 

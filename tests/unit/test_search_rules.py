@@ -1,0 +1,132 @@
+"""Failure rules: what a failed launch proves, which suggestions it covers, when it is dropped."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.config import CudaGraph, Outcome, TrialConfig
+from tuner.search.evidence import Evidence, knobs_of
+from tuner.search.rules import RuleKind, contradicts, covering, derive_rules, rules_from
+
+
+def config(
+    f: float = 0.85,
+    graphs: int | None = None,
+    pair: tuple[str, str] = ("trtllm", "trtllm"),
+    kv: str | None = None,
+    **flags: object,
+) -> TrialConfig:
+    extra = [("kv-cache-dtype", kv)] if kv else []
+    extra += [(k.replace("_", "-"), v) for k, v in flags.items()]
+    return TrialConfig(
+        mem_fraction_static=f,
+        cuda_graph=CudaGraph(enabled=False) if graphs is None else CudaGraph(max_bs=graphs),
+        sparse_prefill_backend=pair[0],
+        sparse_decode_backend=pair[1],
+        flags=tuple(extra),  # type: ignore[arg-type]
+    )
+
+
+def ev(
+    trial: int,
+    cfg: TrialConfig,
+    outcome: Outcome,
+    *,
+    stage: str | None = None,
+    backend: str | None = None,
+    role: str | None = None,
+) -> Evidence:
+    return Evidence(
+        trial=trial, knobs=knobs_of(cfg), outcome=outcome, stage=stage, message=f"line of {trial}",
+        backend=backend, backend_role=role,
+    )  # fmt: skip
+
+
+def covered(rules: tuple, cfg: TrialConfig) -> bool:  # type: ignore[type-arg]
+    return covering(rules, knobs_of(cfg)) is not None
+
+
+def test_an_unsupported_backend_is_learned_for_every_pair_that_uses_it() -> None:
+    rules = rules_from(ev(0, config(pair=("fa3", "flashmla_kv")), Outcome.UNSUPPORTED, backend="fa3"))
+    assert [r.kind for r in rules] == [RuleKind.BACKEND]
+    assert covered(rules, config(pair=("fa3", "fa3"))) and covered(rules, config(pair=("trtllm", "fa3")))
+    assert not covered(rules, config(pair=("trtllm", "flashmla_kv")))
+
+
+def test_a_backend_blamed_in_one_role_covers_that_role_only() -> None:
+    rules = rules_from(ev(0, config(pair=("fa3", "fa3")), Outcome.UNSUPPORTED, backend="fa3", role="decode"))
+    assert covered(rules, config(pair=("trtllm", "fa3")))
+    assert not covered(rules, config(pair=("fa3", "trtllm")))
+
+
+def test_unsupported_without_a_named_backend_covers_the_pair_only() -> None:
+    rules = rules_from(ev(0, config(pair=("a", "b")), Outcome.UNSUPPORTED))
+    assert [r.kind for r in rules] == [RuleKind.PAIR_UNSUPPORTED]
+    assert covered(rules, config(f=0.7, graphs=8, pair=("a", "b")))
+    assert not covered(rules, config(pair=("a", "c")))
+
+
+def test_nan_at_the_gate_covers_the_pair_with_the_same_kv_dtype() -> None:
+    rules = rules_from(ev(0, config(pair=("flashmla_kv", "flashmla_kv"), kv="fp8_e4m3"), Outcome.NAN))
+    assert covered(rules, config(f=0.6, graphs=64, pair=("flashmla_kv", "flashmla_kv"), kv="fp8_e4m3"))
+    assert not covered(rules, config(pair=("flashmla_kv", "flashmla_kv"), kv="bfloat16"))
+    assert not covered(rules, config(pair=("flashmla_kv", "trtllm"), kv="fp8_e4m3"))
+
+
+@pytest.mark.parametrize(
+    ("failure", "stage", "inside", "outside"),
+    [
+        (Outcome.OOM, "load", config(f=0.97, graphs=64), config(f=0.93)),
+        (Outcome.NOT_ENOUGH_MEMORY, "load", config(f=0.5, graphs=8), config(f=0.62)),
+        (Outcome.OOM, "capture", config(f=0.96, graphs=128), config(f=0.96, graphs=32)),
+        (Outcome.OOM, "serving", config(f=0.99), config(f=0.99, graphs=64)),
+    ],
+)
+def test_memory_failures_are_monotone_in_the_fraction(
+    failure: Outcome, stage: str, inside: TrialConfig, outside: TrialConfig
+) -> None:
+    base = config(
+        f=0.6 if failure is Outcome.NOT_ENOUGH_MEMORY else 0.95, graphs=64 if stage == "capture" else None
+    )
+    rules = rules_from(ev(0, base, failure, stage=stage))
+    assert len(rules) == 1
+    assert covered(rules, inside)
+    assert not covered(rules, outside)
+
+
+def test_capture_oom_needs_both_the_fraction_and_the_graph_size() -> None:
+    rules = rules_from(ev(0, config(f=0.9, graphs=64), Outcome.OOM, stage="capture"))
+    assert covered(rules, config(f=0.92, graphs=128))
+    assert not covered(rules, config(f=0.88, graphs=128))  # lower fraction
+    assert not covered(rules, config(f=0.95, graphs=32))  # smaller graphs
+    assert not covered(rules, config(f=0.95))  # graphs off
+
+
+def test_memory_rules_hold_other_flags_equal() -> None:
+    rules = rules_from(ev(0, config(f=0.9, chunked_prefill_size=16384), Outcome.OOM, stage="serving"))
+    assert covered(rules, config(f=0.95, chunked_prefill_size=16384))
+    assert not covered(rules, config(f=0.95, chunked_prefill_size=4096))
+    assert covered(
+        rules, config(f=0.95, pair=("fa3", "fa3"), chunked_prefill_size=16384)
+    )  # backends: neutral
+
+
+def test_failures_that_prove_nothing_about_knobs_make_no_rule() -> None:
+    for outcome in (Outcome.OK, Outcome.CRASHED, Outcome.INFRA_ERROR, Outcome.INTERRUPTED, Outcome.HANG):
+        assert rules_from(ev(0, config(), outcome)) == ()
+
+
+def test_a_launch_that_passes_where_a_rule_said_it_would_fail_drops_the_rule() -> None:
+    oom = ev(0, config(f=0.9), Outcome.OOM, stage="load")
+    ok = ev(1, config(f=0.95), Outcome.OK)
+    assert contradicts(rules_from(oom)[0], ok)
+    assert derive_rules([oom, ok]) == ()
+    other = ev(2, config(f=0.85), Outcome.OK)  # not covered: the rule stands
+    assert len(derive_rules([oom, other])) == 1
+
+
+def test_identical_rules_are_kept_once_and_evidence_is_the_first() -> None:
+    a = ev(3, config(pair=("x", "y")), Outcome.GARBAGE)
+    b = ev(5, config(f=0.7, pair=("x", "y")), Outcome.NAN)
+    (rule,) = derive_rules([b, a])
+    assert rule.evidence == 3 and "trial 3" in rule.describe()

@@ -1,0 +1,96 @@
+"""What one finished trial proves, and the knobs of a configuration as the rules read them.
+
+A configuration's knobs split by what failures say about them: the memory fraction and the
+CUDA-graph batch sizes (memory is monotone in both), the attention backends per role (a backend
+either runs on this GPU or not; a pair either computes right or not), the KV-cache dtype, and
+every other flag (a failure says nothing about another value of it, so rules hold them equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tuner.config import FlagValue, Outcome, TrialConfig
+
+PREFILL, DECODE = "prefill", "decode"
+# Flags that name an attention backend, by the roles they set.
+BACKEND_FLAGS: Mapping[str, tuple[str, ...]] = {
+    "attention-backend": (PREFILL, DECODE),
+    "prefill-attention-backend": (PREFILL,),
+    "decode-attention-backend": (DECODE,),
+}
+KV_DTYPE_FLAG = "kv-cache-dtype"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Knobs:
+    """A configuration as the failure rules and the memory model see it."""
+
+    fraction: float | None  # None: SGLang's own formula
+    graphs: bool  # CUDA graphs on (SGLang's default when the config leaves them alone)
+    graph_max_bs: int | None  # the largest captured batch; None: off, or SGLang's default list
+    prefill: str | None  # the attention backend that runs prefill (sparse or dense), if set
+    decode: str | None
+    kv_dtype: str | None
+    others: tuple[tuple[str, FlagValue], ...]  # every other flag, sorted by name
+
+    @property
+    def graph_key(self) -> str:
+        """The CUDA-graph setting as one label: off, default, or max:N."""
+        if not self.graphs:
+            return "off"
+        return "default" if self.graph_max_bs is None else f"max:{self.graph_max_bs}"
+
+    def backend(self, role: str) -> str | None:
+        """The backend of a role."""
+        return self.prefill if role == PREFILL else self.decode
+
+
+def knobs_of(config: TrialConfig) -> Knobs:
+    """The knobs of a configuration."""
+    flags = dict(config.flags)
+    prefill, decode = config.sparse_prefill_backend, config.sparse_decode_backend
+    for name, roles in BACKEND_FLAGS.items():
+        value = flags.get(name)
+        if isinstance(value, str):
+            if PREFILL in roles and prefill is None:
+                prefill = value
+            if DECODE in roles and decode is None:
+                decode = value
+    kv = flags.get(KV_DTYPE_FLAG)
+    cg = config.cuda_graph
+    others = tuple(sorted((k, v) for k, v in flags.items() if k not in BACKEND_FLAGS and k != KV_DTYPE_FLAG))
+    return Knobs(
+        fraction=config.mem_fraction_static,
+        graphs=cg is None or cg.enabled,
+        graph_max_bs=cg.effective_max_bs if cg is not None else None,
+        prefill=prefill,
+        decode=decode,
+        kv_dtype=None if kv is None else str(kv),
+        others=others,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Evidence:
+    """One launched trial: its knobs, how it ended, and what its server reported."""
+
+    trial: int  # the Optuna trial number (the rule's evidence)
+    knobs: Knobs
+    outcome: Outcome
+    stage: str | None = None  # load, capture, warmup or serving, where the failure happened
+    message: str = ""  # the proving log line (one line)
+    backend: str | None = None  # the attention backend the log blames
+    backend_role: str | None = None
+    gate_sequential_ok: bool | None = None  # NaN/garbage only in the burst: batch-dependent
+    kv_tokens: int | None = None
+    min_free_mib: int | None = None
+
+    @property
+    def got_ready(self) -> bool:
+        """The server came up (any failure after that was at the gate or under load)."""
+        return self.outcome.measured or self.stage in ("serving",) or self.outcome in GATE_OUTCOMES
+
+
+GATE_OUTCOMES = frozenset({Outcome.NAN, Outcome.GARBAGE, Outcome.WRONG_ANSWER})

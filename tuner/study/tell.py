@@ -1,0 +1,191 @@
+"""Telling Optuna and recording rows: one verdict per trial, written to the store and to Optuna alike.
+
+A launched trial is judged once (`objectives.judge`); its row, its user attributes (including the
+evidence the failure rules are derived from) and the values told to Optuna all come from that
+verdict. A pruned suggestion is told exactly like a real failure of its class (pessimistic values,
+failure constraint) and recorded as `pruned` with the rule and evidence that proved it.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult, Verdict
+from tuner.errors import StoreError
+from tuner.objectives import judge
+from tuner.search.policy import Decision
+from tuner.space.loader import SearchSpace
+from tuner.space.sections import Objective
+from tuner.store.sql import SqlStore
+from tuner.study.learn import PRUNED, evidence_attrs
+from tuner.study.storage import objectives_of
+
+log = logging.getLogger(__name__)
+
+
+class Teller:
+    """Judges, records and tells the trials of one study."""
+
+    def __init__(self, study: optuna.Study, store: SqlStore, space: SearchSpace, run_dir: Path) -> None:
+        self.study = study
+        self.store = store
+        self.space = space
+        self.run_dir = run_dir
+        self.objectives = objectives_of(space)
+
+    def verdict(self, result: TrialResult) -> Verdict:
+        """The study's verdict on a result (the worst latency seen so far sets failures' values)."""
+        return judge(
+            result,
+            self.objectives,
+            self.space.constraints,
+            worst_seen=_worst_seen(self.study, self.objectives),
+        )
+
+    def launched(
+        self,
+        trial: optuna.Trial,
+        result: TrialResult,
+        params: dict[str, Any],
+        chash: str,
+        extra: dict[str, Any] | None = None,
+    ) -> Verdict:
+        """Record and tell a launched (or rejected-before-launch) trial; FAIL when retryable."""
+        verdict = self.verdict(result)
+        self._record(trial.number, result, params, chash, verdict)
+        failure = result.failure
+        attrs: dict[str, Any] = {
+            "outcome": verdict.outcome.value,
+            "feasible": verdict.feasible,
+            "failure": failure.outcome.value if failure else None,
+            "failure_message": failure.message[:500] if failure else None,
+            "phase": failure.phase.value if failure else None,
+            "kv_tokens": verdict.metrics.get("kv_tokens"),
+            "output_throughput": verdict.metrics.get("output_throughput"),
+            "log": str(result.launch.log_path) if result.launch else None,
+            **evidence_attrs(result, verdict),
+            **(extra or {}),
+        }
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        for key, value in verdict.constraints.items():
+            trial.set_user_attr(f"c_{key}", value)
+        self._attach_log(trial, result)
+        if verdict.retryable:
+            self.study.tell(trial, state=TrialState.FAIL)
+            return verdict
+        for key, value in verdict.constraints.items():
+            trial.set_constraint(key, value)
+        self.study.tell(trial, list(verdict.values))
+        return verdict
+
+    def pruned(
+        self,
+        trial: optuna.Trial,
+        config: TrialConfig,
+        params: dict[str, Any],
+        chash: str,
+        decision: Decision,
+        sglang_version: str,
+    ) -> Verdict:
+        """Tell a suggestion the policy proved bad, as infeasible as a real failure, without a launch."""
+        result = not_launched(config, sglang_version, Outcome.PRUNED, decision.reason)
+        verdict = self.verdict(result)
+        self._record(trial.number, result, params, chash, verdict)
+        rule = decision.rule
+        attrs: dict[str, Any] = {
+            PRUNED: True,
+            "outcome": Outcome.PRUNED.value,
+            "feasible": False,
+            "failure": Outcome.PRUNED.value,
+            "failure_message": decision.reason[:500],
+            "predicted_outcome": decision.outcome.value if decision.outcome else None,
+            "rule": rule.kind.value if rule else "memory_model",
+            "rule_evidence": rule.evidence if rule else None,
+        }
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        for key, value in verdict.constraints.items():
+            trial.set_user_attr(f"c_{key}", value)
+            trial.set_constraint(key, value)
+        self.study.tell(trial, list(verdict.values))
+        return verdict
+
+    def reused(self, trial: optuna.Trial, prior: FrozenTrial) -> None:
+        """Tell a trial whose effective launch was already measured with that measurement."""
+        for key, value in prior.constraints.items():
+            trial.set_constraint(key, value)
+        for key in ("outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
+            if key in prior.user_attrs:
+                trial.set_user_attr(key, prior.user_attrs[key])
+        trial.set_user_attr("dedup_of", prior.number)
+        self.study.tell(trial, list(prior.values))
+
+    def _record(
+        self, number: int | None, result: TrialResult, params: dict[str, Any], chash: str, verdict: Verdict
+    ) -> None:
+        try:
+            self.store.record(
+                result,
+                study=self.study.study_name,
+                trial_number=number,
+                params=params,
+                config_hash=chash,
+                verdict=verdict,
+            )
+        except StoreError as exc:
+            log.error("could not record trial %s: %s", number, exc)
+
+    def _attach_log(self, trial: optuna.Trial, result: TrialResult) -> None:
+        """The server log as an Optuna artifact (optuna-dashboard --artifact-dir <run dir>/artifacts)."""
+        if result.launch is None or not result.launch.log_path.exists():
+            return
+        try:
+            from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+            store_dir = self.run_dir / "artifacts"
+            store_dir.mkdir(parents=True, exist_ok=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                upload_artifact(
+                    artifact_store=FileSystemArtifactStore(str(store_dir)),
+                    file_path=str(result.launch.log_path),
+                    study_or_trial=trial,
+                    mimetype="text/plain",
+                )
+        except Exception as exc:  # a log that cannot be attached never loses the trial
+            log.warning("could not attach %s to trial %d: %s", result.launch.log_path, trial.number, exc)
+
+
+def _worst_seen(study: optuna.Study, objectives: tuple[Objective, ...]) -> dict[str, float]:
+    worst: dict[str, float] = {}
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("feasible")
+    ]
+    for i, obj in enumerate(objectives):
+        if obj.direction == "minimize" and trials:
+            worst[obj.metric] = max(t.values[i] for t in trials)
+    return worst
+
+
+def not_launched(config: TrialConfig, sglang_version: str, outcome: Outcome, message: str) -> TrialResult:
+    """The result of a configuration that was never launched (forbidden, pruned)."""
+    now = datetime.now(timezone.utc)
+    return TrialResult(
+        config=config,
+        launch=None,
+        outcome=outcome,
+        failure=Failure(outcome=outcome, phase=Phase.RENDER, message=message),
+        sglang_version=sglang_version,
+        started_at=now,
+        finished_at=now,
+    )
