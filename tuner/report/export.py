@@ -29,7 +29,7 @@ from typing import Any
 
 from tuner.errors import ProfileError
 from tuner.metrics import SPREAD_METRICS
-from tuner.report.frame import StudyData, compact_params, measurements
+from tuner.report.frame import StudyData, compact_params, measurements, median_measurements
 from tuner.report.pareto import pareto_front
 from tuner.store.rows import StoredTrial
 
@@ -183,7 +183,7 @@ def choose_best(data: StudyData, *, prefer: str = "balanced", min_free_mib: int 
                 f"much GPU memory free (expected ≥ {min_free_mib} MiB; the most any kept: {best_free} MiB)"
             )
         candidates = kept
-    scored = [(n, r, measurements(r)) for n, r in candidates]
+    scored = [(n, r, median_measurements(data, r)) for n, r in candidates]
     tput = {n: m.get("output_throughput") or 0.0 for n, _, m in scored}
     kv = {n: m.get("kv_tokens") or 0.0 for n, _, m in scored}
     if prefer == "throughput":

@@ -16,6 +16,7 @@ raises `ReportError` rather than show a front that one of them denies.
 from __future__ import annotations
 
 import logging
+import statistics
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -134,12 +135,28 @@ def measurements(row: StoredTrial) -> dict[str, float | None]:
     return out
 
 
+def median_measurements(data: StudyData, row: StoredTrial) -> dict[str, float | None]:
+    """Every metric of a trial as the median over its own measurement and its re-measurements
+    (finalist repeats and `confirm` runs that measured), so one noisy run does not decide."""
+    runs = [measurements(row)] if row.outcome.measured else []
+    runs += [measurements(r) for r in data.rows if r.confirm_of == row.id and r.outcome.measured]
+    if len(runs) <= 1:
+        return measurements(row)
+    out: dict[str, float | None] = {}
+    for name in MEASURED:
+        values = [v for run in runs if (v := run.get(name)) is not None]
+        out[name] = statistics.median(values) if values else None
+    return out
+
+
 def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
     """feasible | infeasible (ran, missed an SLO) | failed (crash, OOM, gate, ...) | an Optuna state."""
     if row is None:
         if trial is not None and trial.state is not TrialState.COMPLETE:
             return trial.state.name.lower()
         return "unrecorded"
+    if row.outcome is Outcome.PRUNED:
+        return "pruned"
     if not row.outcome.measured:
         return "failed"
     return "feasible" if row.feasible else "infeasible"

@@ -14,10 +14,9 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from tuner.errors import ReportError
-from tuner.report.frame import StudyData, measurements, trials_frame
+from tuner.report.frame import StudyData, measurements, median_measurements, trials_frame
 
 log = logging.getLogger(__name__)
-
 
 
 def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
@@ -46,9 +45,10 @@ def non_dominated(points: Mapping[int, Sequence[float]], directions: Sequence[st
 def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
     """Trial numbers on the Pareto front of the study's objectives among feasible trials.
 
-    Computed from the tuner's rows (recorded feasibility and metrics; a reused
-    result counts with its original's numbers) and compared with Optuna's
-    best_trials. Disagreement raises ReportError (strict) or is logged as an error.
+    Computed from the tuner's rows (recorded feasibility and metrics; a reused result counts with
+    its original's numbers) and compared with Optuna's best_trials, which see each trial's first
+    measurement: disagreement raises ReportError (strict) or is logged as an error. The front
+    returned ranks re-measured trials (finalists, `confirm`) by their medians.
     """
     points: dict[int, tuple[float, ...]] = {}
     numbers = (
@@ -56,6 +56,7 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
         if data.trials
         else [r.trial_number for r in data.rows if r.confirm_of is None and r.trial_number is not None]
     )
+    medians: dict[int, tuple[float, ...]] = {}
     missing = []
     for number in numbers:
         row = data.row_of(number)
@@ -64,12 +65,13 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
             continue
         if not row.feasible:
             continue
-        values = measurements(row)
-        point = tuple(values.get(m) for m in data.metric_names)
+        first, median = measurements(row), median_measurements(data, row)
+        point = tuple(first.get(m) for m in data.metric_names)
         if any(v is None for v in point):
             missing.append(number)
             continue
         points[number] = point  # type: ignore[assignment]  # None excluded above
+        medians[number] = tuple(median.get(m) or point[i] for i, m in enumerate(data.metric_names))  # type: ignore[misc]
     ours = non_dominated(points, data.directions)
     theirs = data.best_numbers
     if theirs is not None and tuple(sorted(theirs)) != ours:
@@ -82,7 +84,8 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
         if strict:
             raise ReportError(message)
         log.error("%s", message)
-    return ours
+    # Optuna knows each trial's first measurement (checked above); the front shown uses the medians.
+    return non_dominated(medians, data.directions) if medians != points else ours
 
 
 def pareto_numbers(study: optuna.Study) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 from typing import Any
 
@@ -10,13 +11,14 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
+from tuner.config import Outcome
 from tuner.errors import ReportError
 from tuner.report.detail import failures_by_class
 from tuner.report.frame import StudyData, load_study_data, param_legend, trials_frame
 from tuner.report.pareto import pareto_front
 from tuner.store.sql import SqlStore
 
-_STATUS_STYLE = {"feasible": "green", "infeasible": "yellow", "failed": "red"}
+_STATUS_STYLE = {"feasible": "green", "infeasible": "yellow", "failed": "red", "pruned": "cyan"}
 
 
 def study_data(store: SqlStore, study_name: str, study: optuna.Study | None) -> StudyData:
@@ -47,14 +49,17 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
         front = pareto_front(data, strict=False)
         trouble = str(exc)
     frame = trials_frame(data, front)
-    table = Table(title=f"study {data.name}: {len(frame)} trials", title_justify="left")
+    table = Table(title=f"study {data.name}: {len(frame)} trials asked", title_justify="left")
     table.add_column("#", justify="right", no_wrap=True, min_width=3)
     table.add_column("status", no_wrap=True, min_width=8)
     table.add_column("knobs", no_wrap=True, overflow="ellipsis", min_width=24)
     for col in ("kv tokens", "out tok/s", "min free MiB"):
         table.add_column(col, justify="right", no_wrap=True, min_width=7)
     table.add_column("why", overflow="ellipsis", no_wrap=True, max_width=60)
+    forbidden = {t.number for t in data.trials if t.user_attrs.get("forbidden")}
     for rec in frame.to_dict("records"):
+        if rec["trial"] in forbidden:
+            continue  # asks the space forbids (e.g. a backend pair not among its choices): counted below
         failure = rec["failure"] if _present(rec["failure"]) else None
         status = rec["status"] if failure in (None, "slo_violation") else str(failure)
         style = _STATUS_STYLE.get(rec["status"], "dim")
@@ -83,8 +88,41 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
         f"Pareto front (* above) over {', '.join(data.metric_names)}: trials {list(front) or '-'}; "
         f"{reused_n} suggestions reused an earlier measurement; {waiting} waiting"
     )
+    search = search_summary(data)
+    if search:
+        console.print(search)
     if trouble:
         console.print(f"[bold red]warning:[/bold red] {trouble}")
+
+
+def search_summary(data: StudyData) -> str:
+    """Launches, suggestions pruned without a launch, and how well the memory model predicted."""
+    forbidden = sum(1 for t in data.trials if t.user_attrs.get("forbidden"))
+    pruned = sum(1 for r in data.rows if r.outcome is Outcome.PRUNED) - forbidden
+    launched = sum(1 for r in data.rows if r.launch is not None and r.confirm_of is None)
+    repeats = sum(1 for r in data.rows if r.confirm_of is not None)
+    kv_err: list[float] = []
+    free_err: list[float] = []
+    for t in data.trials:
+        a = t.user_attrs
+        if isinstance(a.get("pred_kv_tokens"), (int, float)) and isinstance(a.get("kv_tokens"), (int, float)):
+            kv_err.append(abs(a["pred_kv_tokens"] - a["kv_tokens"]) / max(1.0, abs(a["kv_tokens"])) * 100)
+        if isinstance(a.get("pred_min_free_mib"), (int, float)) and isinstance(
+            a.get("min_free_vram_mib"), (int, float)
+        ):
+            free_err.append(abs(a["pred_min_free_mib"] - a["min_free_vram_mib"]))
+    parts = [
+        f"{launched} launches",
+        f"{repeats} re-measurements",
+        f"{pruned} suggestions pruned without a launch",
+    ]
+    if kv_err:
+        parts.append(
+            f"memory model: KV tokens within {statistics.median(kv_err):.1f}% (median of {len(kv_err)})"
+        )
+    if free_err:
+        parts.append(f"free VRAM within {statistics.median(free_err):,.0f} MiB (median of {len(free_err)})")
+    return "search: " + "; ".join(parts) if (pruned or repeats or kv_err) else ""
 
 
 def _present(value: object) -> bool:

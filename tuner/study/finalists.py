@@ -72,6 +72,13 @@ def next_job(
     return None
 
 
+def affordable(count: int, repeats: int, budget: int) -> int:
+    """Finalists the budget affords: their repeats take at most a quarter of it."""
+    if repeats <= 0:
+        return 0
+    return max(0, min(count, budget // (4 * repeats)))
+
+
 def claimed(state: Mapping[str, int]) -> int:
     """Finalist launches claimed so far."""
     return sum(state.values())

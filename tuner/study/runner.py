@@ -37,7 +37,7 @@ from tuner.store.sql import SqlStore
 from tuner.study import finalists
 from tuner.study.learn import NOT_LAUNCHED, policy_for, running_keys, sampler_seed, study_evidence
 from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, make_sampler, open_study
-from tuner.study.tell import Teller, not_launched
+from tuner.study.tell import Teller
 from tuner.study.warm import WarmStart
 from tuner.trial import run_trial
 
@@ -253,11 +253,12 @@ class StudyRunner:
         assert self.budget is not None
         state: dict[str, int] | None = self.study.user_attrs.get(finalists.STATE_ATTR)
         if state is None:
-            reserve = spec.count * spec.repeats
+            count = finalists.affordable(spec.count, spec.repeats, self.budget)
+            reserve = count * spec.repeats
             if reserve == 0 or done + running < self.budget - reserve:
                 return None
             trials = self.study.get_trials(deepcopy=False)
-            picks = finalists.pick_finalists(trials, self.space.directions, spec.count)
+            picks = finalists.pick_finalists(trials, self.space.directions, count)
             state = {str(n): 0 for n in picks}
             self.study.set_user_attr(finalists.STATE_ATTR, state)
             log.info("finalists (re-measured %d times each): trials %s", spec.repeats, picks or "none")
@@ -292,17 +293,20 @@ class StudyRunner:
                     )
                     return outcome, False
                 forbidden = forbidden_reason(self.space, params)
+                policy = policy_for(self.space, self._policy_evidence())
+                decision = policy.decide(config)
                 if forbidden is not None:
-                    result = not_launched(
-                        config,
-                        ctx.engine.sglang_version,
-                        Outcome.BAD_FLAG,
-                        f"forbidden combination: {forbidden}",
+                    decision = replace(
+                        decision, launch=False, reason=f"forbidden: {forbidden}", outcome=Outcome.BAD_FLAG
                     )
-                    verdict = self.teller.launched(trial, result, params, chash, extra={"forbidden": True})
-                    self._announce(trial.number, verdict.outcome, verdict.values, False, None, forbidden, t0)
-                    return verdict.outcome, False
-                decision = policy_for(self.space, self._policy_evidence()).decide(config)
+                    version = ctx.engine.sglang_version
+                    verdict = self.teller.pruned(
+                        trial, config, params, chash, decision, version, forbidden=True
+                    )
+                    self._announce(
+                        trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0
+                    )
+                    return Outcome.PRUNED, False
                 if not decision.launch:
                     verdict = self.teller.pruned(
                         trial, config, params, chash, decision, ctx.engine.sglang_version

@@ -94,20 +94,24 @@ class Teller:
         chash: str,
         decision: Decision,
         sglang_version: str,
+        *,
+        forbidden: bool = False,
     ) -> Verdict:
-        """Tell a suggestion the policy proved bad, as infeasible as a real failure, without a launch."""
+        """Tell a suggestion the policy proved bad (or the space forbids), as infeasible as a real failure,
+        without a launch."""
         result = not_launched(config, sglang_version, Outcome.PRUNED, decision.reason)
         verdict = self.verdict(result)
         self._record(trial.number, result, params, chash, verdict)
         rule = decision.rule
         attrs: dict[str, Any] = {
             PRUNED: True,
+            "forbidden": forbidden,
             "outcome": Outcome.PRUNED.value,
             "feasible": False,
             "failure": Outcome.PRUNED.value,
             "failure_message": decision.reason[:500],
             "predicted_outcome": decision.outcome.value if decision.outcome else None,
-            "rule": rule.kind.value if rule else "memory_model",
+            "rule": rule.kind.value if rule else ("forbidden" if forbidden else "memory_model"),
             "rule_evidence": rule.evidence if rule else None,
         }
         for key, value in attrs.items():
