@@ -130,3 +130,22 @@ def test_identical_rules_are_kept_once_and_evidence_is_the_first() -> None:
     b = ev(5, config(f=0.7, pair=("x", "y")), Outcome.NAN)
     (rule,) = derive_rules([b, a])
     assert rule.evidence == 3 and "trial 3" in rule.describe()
+
+
+def test_an_unsupported_pair_is_blamed_on_the_half_not_proven_to_run() -> None:
+    works = ev(0, config(pair=("trtllm", "trtllm")), Outcome.OK)
+    fails = ev(1, config(pair=("trtllm", "fa3")), Outcome.UNSUPPORTED)  # the log names no backend
+    (rule,) = derive_rules([works, fails])
+    assert rule.kind is RuleKind.BACKEND and rule.backend == "fa3" and rule.role == "decode"
+    assert covered((rule,), config(pair=("flashmla_kv", "fa3")))
+    assert not covered((rule,), config(pair=("fa3", "trtllm")))  # fa3 as prefill is not proven bad
+
+
+def test_an_unsupported_pair_of_one_backend_is_that_backend() -> None:
+    (rule,) = derive_rules([ev(0, config(pair=("fa3", "fa3")), Outcome.UNSUPPORTED)])
+    assert rule.kind is RuleKind.BACKEND and rule.backend == "fa3" and rule.role is None
+
+
+def test_without_evidence_about_either_half_the_rule_stays_on_the_pair() -> None:
+    (rule,) = derive_rules([ev(0, config(pair=("a", "b")), Outcome.UNSUPPORTED)])
+    assert rule.kind is RuleKind.PAIR_UNSUPPORTED

@@ -65,6 +65,14 @@ class Policy:
                     f"predicted KV tokens {p.kv_tokens:,.0f}: no room for the KV cache "
                     f"(memory model of {n} launches)"
                 )
+        if (
+            p.min_free_mib is not None
+            and p.min_free_mib + max(FREE_MARGIN_MIB, 2 * (p.free_error_mib or 0.0)) < 0
+        ):
+            return Outcome.OOM, (
+                f"predicted lowest free VRAM {p.min_free_mib:,.0f} MiB: out of memory "
+                f"(memory model of {n} launches)"
+            )
         if self.min_free_mib is not None and p.min_free_mib is not None:
             margin = max(FREE_MARGIN_MIB, 2 * (p.free_error_mib or 0.0))
             if p.min_free_mib + margin < self.min_free_mib:

@@ -18,7 +18,7 @@ past the point where the rule said it would fail (it was wrong).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from tuner.config import Outcome
@@ -178,14 +178,37 @@ def contradicts(rule: Rule, ev: Evidence) -> bool:
 
 
 def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
-    """The rules standing after every launch, in trial order: added by failures, dropped by contradictions."""
+    """The rules standing after every launch, in trial order: added by failures, dropped by contradictions.
+
+    An unsupported pair whose log names no backend is blamed on one backend when the launches say
+    which: both halves are the same backend, or the other half is proven to run in its role.
+    """
     standing: list[Rule] = []
-    for ev in sorted(evidence, key=lambda e: e.trial):
+    ordered = sorted(evidence, key=lambda e: e.trial)
+    for ev in ordered:
         standing = [r for r in standing if not contradicts(r, ev)]
         for rule in rules_from(ev):
+            rule = _blame_one(rule, ev, ordered)
             if not any(_same(rule, r) for r in standing):
                 standing.append(rule)
     return tuple(standing)
+
+
+def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
+    """A PAIR_UNSUPPORTED rule narrowed to the one backend the other launches prove is at fault."""
+    if rule.kind is not RuleKind.PAIR_UNSUPPORTED or rule.pair is None:
+        return rule
+    prefill, decode = rule.pair
+    if prefill is not None and prefill == decode:
+        return replace(rule, kind=RuleKind.BACKEND, backend=prefill, role=None, pair=None, confidence=0.7)
+    runs = [e for e in evidence if e.got_ready]
+    good_prefill = prefill is not None and any(e.knobs.prefill == prefill for e in runs)
+    good_decode = decode is not None and any(e.knobs.decode == decode for e in runs)
+    if good_prefill and not good_decode and decode is not None:
+        return replace(rule, kind=RuleKind.BACKEND, backend=decode, role=DECODE, pair=None, confidence=0.7)
+    if good_decode and not good_prefill and prefill is not None:
+        return replace(rule, kind=RuleKind.BACKEND, backend=prefill, role=PREFILL, pair=None, confidence=0.7)
+    return rule
 
 
 def _scope(r: Rule) -> tuple[object, ...]:
