@@ -106,3 +106,19 @@ def test_two_workers_and_a_resume_never_launch_the_same_configuration_twice(tmp_
     for key, runs in spans.items():
         runs.sort()
         assert all(b[0] >= a[1] for a, b in zip(runs, runs[1:], strict=False)), (key, runs)
+
+
+def test_a_warm_start_begins_with_what_the_earlier_study_learned(tmp_path: Path) -> None:
+    finish(run(tmp_path, "--trials", "6"))
+    earlier = trials(tmp_path)
+    feasible = [t for t in launched(earlier) if t.user_attrs.get("feasible")]
+    out = finish(run(tmp_path, "--study", "fresh", "--trials", "4", "--warm-start", STUDY))
+    later = optuna.load_study(study_name="fresh", storage=f"sqlite:///{tmp_path / 'exp.db'}").get_trials()
+    assert later[0].user_attrs.get("warm_start") or later[0].user_attrs.get("baseline"), out
+    warm = [t for t in later if t.user_attrs.get("warm_start")]
+    assert {str(sorted(t.params.items())) for t in warm} <= {str(sorted(t.params.items())) for t in feasible}
+    space = load_space(SPACE)
+    old = [e for t in launched(earlier) if (e := evidence_of(space, t)) is not None]
+    new = [e for t in launched(later) if (e := evidence_of(space, t)) is not None]
+    for i, ev in enumerate(new):
+        assert covering(derive_rules([*old, *new[:i]]), ev.knobs) is None, ev
