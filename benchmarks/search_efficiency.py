@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from tuner.bench.settings import LoadPoint, Workload  # noqa: E402
 from tuner.space.loader import SearchSpace, load_space  # noqa: E402
-from tuner.study.runner import Hooks, StudyRunner, TrialEvent  # noqa: E402
+from tuner.study.events import Hooks
+from tuner.study.runner import StudyRunner, TrialEvent  # noqa: E402
 
 
 def _space(kind: str, seed: int) -> SearchSpace:

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner.space.loader import load_space  # noqa: E402
-from tuner.study.runner import Hooks, StudyRunner, TrialEvent  # noqa: E402
+from tuner.study.events import Hooks
+from tuner.study.runner import StudyRunner, TrialEvent  # noqa: E402
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.config import Outcome, Phase, TrialResult
-from tuner.study.runner import TrialEvent
+from tuner.study.events import TrialEvent
 
 
 def result_line(result: TrialResult) -> str:

@@ -73,7 +73,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tuner.cli.display import RunDisplay
     from tuner.space.loader import load_space
     from tuner.store.sql import database_url
-    from tuner.study.runner import Hooks, StudyRunner, TrialEvent
+    from tuner.study.events import Hooks, TrialEvent
+    from tuner.study.runner import StudyRunner
 
     space = _with_gpus(load_space(args.space), args.gpus)
     warm = None

@@ -18,14 +18,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
 from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import Outcome, Phase, TrialResult
+from tuner.config import Outcome, TrialResult
 from tuner.interrupts import INTERRUPTS
 from tuner.objectives import is_feasible
 from tuner.search.evidence import Evidence
@@ -35,6 +35,7 @@ from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason
 from tuner.space.sampling import sampler_params
 from tuner.store.sql import SqlStore
 from tuner.study import finalists
+from tuner.study.events import Hooks, RunSummary, TrialEvent
 from tuner.study.learn import NOT_LAUNCHED, policy_for, running_keys, sampler_seed, study_evidence
 from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, make_sampler, open_study
 from tuner.study.tell import Teller
@@ -44,48 +45,6 @@ from tuner.trial import run_trial
 log = logging.getLogger(__name__)
 
 Execute = Callable[..., TrialResult]  # run_trial's signature: (config, ctx, *, label, prepared=None)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TrialEvent:
-    """What the live display hears after each trial."""
-
-    number: int
-    outcome: Outcome
-    values: tuple[float, ...]
-    feasible: bool
-    reused_from: int | None
-    message: str
-    duration_s: float
-    overhead_s: float | None = None  # the tuner's own time: everything but waiting on the server
-    launched: bool = True
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunSummary:
-    """How a `run` ended."""
-
-    study_name: str
-    completed: int  # launches counted in the budget (finalist repeats included)
-    budget: int | None  # None: no trial cap (time budget or Ctrl-C ends the run)
-    interrupted: bool
-    ran: int
-    exhausted: str | None = None  # why the search stopped before its budget, if it did
-
-
-class Hooks:
-    """Callbacks for the CLI's live display (all optional)."""
-
-    def __init__(
-        self,
-        *,
-        on_phase: Callable[[int, Phase, str], None] | None = None,
-        on_trial: Callable[[TrialEvent], None] | None = None,
-        on_start: Callable[[int, int], None] | None = None,
-    ) -> None:
-        self.on_phase = on_phase
-        self.on_trial = on_trial
-        self.on_start = on_start
 
 
 class StudyRunner:
