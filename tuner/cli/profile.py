@@ -52,6 +52,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--space", type=Path, default=None, help="take the study name (and SGLang) from this space"
     )
     export.add_argument("--format", choices=("sh", "yaml", "json"), default="sh")
+    export.add_argument(
+        "--sglang-version",
+        default=None,
+        metavar="V",
+        help="re-render the knobs and fixed flags for SGLang release V (renames applied, removals reported)",
+    )
+    export.add_argument(
+        "--engine",
+        choices=("sglang", "sim"),
+        default="sglang",
+        help="with --sglang-version: launch with real SGLang (default) or the simulator pretending to be V",
+    )
     export.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="default: stdout")
     export.set_defaults(handler=cmd_export)
 
@@ -92,6 +104,16 @@ def _table(version: str, space_path: Path | None) -> Any:
     return builtin_table(version)
 
 
+def _target_table(version: str) -> Any:
+    """Release `version`'s table: the installed SGLang's own parser when it is that release, else built in."""
+    from tuner.sglang.introspect import detect_sglang_version, option_table_for
+    from tuner.sglang.options import builtin_table
+
+    if detect_sglang_version(sys.executable) == version:
+        return option_table_for(version, sys.executable)
+    return builtin_table(version)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from tuner.report.export import build_profile, select
     from tuner.report.frame import load_study_data
@@ -111,7 +133,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         allow_infeasible=args.allow_infeasible,
     )
     profile = build_profile(data, choice)
-    text = render(profile, args.format, _table(profile.sglang_version, args.space))
+    table = _table(profile.sglang_version, args.space)
+    if args.sglang_version is not None:
+        from tuner.report.rerender import for_release
+
+        target = _target_table(args.sglang_version)
+        profile = for_release(profile, table, target, engine=args.engine)
+        table = target
+        for note in profile.notes:
+            print(note, file=sys.stderr)
+    text = render(profile, args.format, table)
     if choice.reason:
         print(choice.reason, file=sys.stderr)
     if args.output is None:

@@ -100,6 +100,7 @@ class Profile:
     n_confirm: int = 0
     failed_confirms: tuple[str, ...] = ()
     reason: str = ""
+    notes: tuple[str, ...] = ()  # what a re-rendering for another release changed, shown with the provenance
 
 
 # ------------------------------------------------------------------------------------ choosing

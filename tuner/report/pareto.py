@@ -19,7 +19,6 @@ from tuner.report.frame import StudyData, measurements, trials_frame
 log = logging.getLogger(__name__)
 
 
-
 def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
     """a is at least as good as b everywhere and better somewhere (signs: +1 maximise, -1 minimise)."""
     better = False
