@@ -17,6 +17,7 @@ from tuner.errors import ConfigError, StoreError
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective
 from tuner.store.sql import optuna_storage_kwargs
+from tuner.study.resume import remember_space
 
 HEARTBEAT_INTERVAL_S = 60
 HEARTBEAT_GRACE_S = 900
@@ -79,6 +80,7 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
             f"study {name!r} in {url} was created with objectives {stored}, the space now has {wanted}: "
             f"bump `version:` in {space.path} to start a new study"
         )
+    remember_space(study, space)
     if not study.metric_names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
