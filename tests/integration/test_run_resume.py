@@ -32,4 +32,5 @@ def test_run_alone_resumes_from_the_stored_space(tmp_path: Path) -> None:
     space.write_text(space.read_text().replace("input_len: 16", "input_len: 32"))
     changed = _tuner(tmp_path, "run", "--db", db, "--plain")
     assert changed.returncode == 2
-    assert "changed since study 'tiny-fast-sim-v1' began (bench.workload.input_len: 16 -> 32)" in changed.stderr
+    why = "changed since study 'tiny-fast-sim-v1' began (bench.workload.input_len: 16 -> 32)"
+    assert why in changed.stderr

@@ -82,7 +82,8 @@ def _diff(old: Any, new: Any, where: str) -> list[str]:
 
 
 def _show(value: Any) -> str:
-    text = str(yaml.safe_dump(value, default_flow_style=True, width=10_000)).strip().removesuffix("...").strip()
+    dumped = str(yaml.safe_dump(value, default_flow_style=True, width=10_000))
+    text = dumped.strip().removesuffix("...").strip()
     return text if len(text) <= 80 else text[:79] + "…"
 
 
