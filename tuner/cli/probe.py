@@ -7,13 +7,15 @@ without launching anything: to compare with a deployment, or with SGLang's own b
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, Workload, WorkloadKind
 from tuner.bench.types import BenchResult, LoadPointResult
 from tuner.errors import ConfigError
 from tuner.gate.checks import GateResult
-from tuner.gate.settings import GateSettings
+from tuner.gate.reference import ReferenceBook, write_reference
+from tuner.gate.settings import GateSettings, ReferenceSource
 
 # the workload and load-point flags, by dest (they build a BenchSettings when --space is not given)
 _WORKLOAD_FLAGS = (
@@ -65,8 +67,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     gate.add_argument("--space", type=Path, default=None, help="take the gate settings from here")
     gate.add_argument("--model", default=None)
     gate.add_argument("--burst-size", type=int, default=None, help="default: the server's largest graph, ≥ 8")
+    gate.add_argument("--reference", type=Path, default=None, help="greedy outputs must agree with this file")
+    gate.add_argument("--record", type=Path, default=None, help="write this server's greedy outputs here")
     gate.add_argument("--json", action="store_true", help="print the whole result as JSON (as `trial`)")
     gate.set_defaults(handler=cmd_gate)
+
+    ref = sub.add_parser("reference", help="write a reference file from a recorded trial's greedy outputs")
+    ref.add_argument("--db", default=None)
+    ref.add_argument("--study", default=None)
+    ref.add_argument("--trial", type=int, required=True, metavar="N")
+    ref.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
+    ref.set_defaults(handler=cmd_reference)
 
 
 def bench_settings(args: argparse.Namespace) -> BenchSettings:
@@ -184,6 +195,12 @@ def gate_settings(args: argparse.Namespace) -> GateSettings:
         settings = load_space(args.space).gate
     if args.burst_size is not None:
         settings = settings.model_copy(update={"burst_size": args.burst_size})
+    if args.reference is not None or args.record is not None:
+        source = ReferenceSource.FILE if args.reference is not None else ReferenceSource.FIRST
+        wanted = settings.reference.model_copy(
+            update={"enabled": True, "source": source, "path": args.reference}
+        )
+        settings = settings.model_copy(update={"reference": wanted})
     return settings
 
 
@@ -194,7 +211,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     settings = gate_settings(args)
     url = args.url.rstrip("/")
-    result = gate(url, settings, captured_bs=captured_sizes(url), model=args.model)
+    book = ReferenceBook(settings.reference, None) if settings.reference.enabled else None
+    result = gate(url, settings, captured_bs=captured_sizes(url), model=args.model, reference=book)
+    if args.record is not None and result.reference is not None:
+        write_reference(args.record, result.reference.outputs, source=f"server {url}", model=result.model)
+        print(f"wrote {len(result.reference.outputs)} greedy outputs to {args.record}", file=sys.stderr)
     if args.json:
         print_json(result)
     else:
@@ -215,4 +236,37 @@ def gate_lines(result: GateResult) -> list[str]:
         )
     for line in result.nan_log_lines[:3]:
         lines.append(f"  NaN log line: {line}")
+    check = result.reference
+    if check is not None:
+        for agreement in check.agreements:
+            where = (
+                "agrees" if agreement.agrees else f"differs at {agreement.unit} {agreement.first_mismatch}"
+            )
+            lines.append(f"  reference  {agreement.prompt[:40]!r}: {where} of {agreement.compared}")
     return lines
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    from tuner.gate.reference import GreedyOutput
+    from tuner.report.frame import load_study_data
+    from tuner.store.sql import database_url
+
+    data = load_study_data(database_url(args.db), args.study)
+    row = data.row_of(args.trial)
+    outputs = ((row.gate or {}).get("reference") or {}).get("outputs") if row is not None else None
+    if not outputs:
+        raise ConfigError(
+            f"trial {args.trial} of study {data.name!r}: no greedy outputs recorded; expected a trial run "
+            f"with gate.reference.enabled: true"
+        )
+    answers = [
+        GreedyOutput(
+            prompt=o["prompt"],
+            token_ids=tuple(o["token_ids"]) if o.get("token_ids") else None,
+            text=o["text"],
+        )
+        for o in outputs
+    ]
+    write_reference(args.output, answers, source=f"study {data.name} trial {args.trial}", model=None)
+    print(f"wrote {len(answers)} greedy outputs of trial {args.trial} to {args.output}", file=sys.stderr)
+    return 0
