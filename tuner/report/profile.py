@@ -121,6 +121,7 @@ def provenance(profile: Profile) -> list[str]:
                 lines.append(f"  {label}: {_spread_text(profile.confirmations[key], fmt)}")
     if profile.reason:
         lines.append(profile.reason)
+    lines.extend(profile.context)
     lines.extend(profile.notes)
     return lines
 
@@ -270,6 +271,8 @@ def profile_dict(profile: Profile, table: OptionTable | None = None) -> dict[str
             },
         },
         "selection": profile.reason or None,
+        "context": list(profile.context),
+        "notes": list(profile.notes),
     }
     if table is not None:
         data["launch_flags"] = list(launch_flags(profile, table))
