@@ -77,7 +77,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     report.add_argument("--db", default=None)
     report.add_argument("--study", default=None)
     report.add_argument("--space", type=Path, default=None, help="take the study name from this space")
-    report.add_argument("--out", type=Path, required=True, help="folder for the CSV and PNG files")
+    report.add_argument("--out", type=Path, default=None, help="folder for the CSV and PNG files")
+    report.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="one self-contained HTML report (opens offline)",
+    )
     report.set_defaults(handler=cmd_report)
 
 
@@ -219,16 +226,28 @@ def _as_choice(row: Any) -> Any:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from tuner.report.context import context_line
     from tuner.report.detail import failures_frame, param_importances, requests_frame
     from tuner.report.frame import load_study_data, trials_frame
     from tuner.report.pareto import front_frame, pareto_front
     from tuner.report.plots import history_plot, latency_plot, metric_vs_param_plot, pareto_plot, save_png
     from tuner.store.sql import SqlStore, database_url
 
+    if args.out is None and args.html is None:
+        raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")
     url = database_url(args.db)
     data = load_study_data(url, args.study, preferred=_preferred(args))
+    if args.html is not None:
+        from tuner.report.page import study_page
+
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(study_page(data), encoding="utf-8")
+        print(f"wrote {args.html}")
+        if args.out is None:
+            return 0
     front = pareto_front(data)
     frame = trials_frame(data, front)
+    context = context_line(data)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "trials.csv", index=False)
@@ -238,11 +257,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
     importances.table.to_csv(out / "importances.csv")
-    save_png(pareto_plot(frame, title=f"{data.name}: Pareto front"), out / "pareto.png")
-    save_png(history_plot(frame), out / "history.png")
+    save_png(pareto_plot(frame, title=f"{data.name}: Pareto front", context=context), out / "pareto.png")
+    save_png(history_plot(frame, context=context), out / "history.png")
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
-        save_png(metric_vs_param_plot(frame), out / "mem_fraction.png")
+        save_png(metric_vs_param_plot(frame, context=context), out / "mem_fraction.png")
     with SqlStore(url) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
