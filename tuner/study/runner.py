@@ -36,7 +36,15 @@ from tuner.sglang.process import pid_alive
 from tuner.space.loader import SearchSpace, forbidden_reason, suggest
 from tuner.space.sections import Objective
 from tuner.store.sql import SqlStore
-from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, objectives_of, open_study
+from tuner.study.storage import (
+    MAX_RETRIES,
+    Heartbeat,
+    ask_lock,
+    lock_path,
+    objectives_of,
+    open_study,
+    state_label,
+)
 from tuner.trial import run_trial
 
 log = logging.getLogger(__name__)
@@ -190,6 +198,7 @@ class StudyRunner:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 trial = self.study.ask()
+            trial.set_user_attr("state", "running")  # first attribute: optuna-dashboard lists it first
             trial.set_user_attr("host", self.host)
             trial.set_user_attr("pid", os.getpid())
             if self.hooks.on_start is not None:
@@ -232,7 +241,7 @@ class StudyRunner:
     def _tell_reused(self, trial: optuna.Trial, prior: FrozenTrial, t0: float) -> Outcome:
         for key, value in prior.constraints.items():
             trial.set_constraint(key, value)
-        for key in ("outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
+        for key in ("state", "outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
             if key in prior.user_attrs:
                 trial.set_user_attr(key, prior.user_attrs[key])
         trial.set_user_attr("dedup_of", prior.number)
@@ -269,6 +278,7 @@ class StudyRunner:
         except StoreError as exc:
             log.error("could not record trial %d: %s", trial.number, exc)
         attrs = {
+            "state": state_label(verdict.outcome.value, verdict.feasible, verdict.retryable),
             "outcome": verdict.outcome.value,
             "feasible": verdict.feasible,
             "failure": result.failure.outcome.value if result.failure else None,
@@ -276,7 +286,7 @@ class StudyRunner:
             "phase": result.failure.phase.value if result.failure else None,
             "kv_tokens": verdict.metrics.get("kv_tokens"),
             "output_throughput": verdict.metrics.get("output_throughput"),
-            "log": str(result.launch.log_path) if result.launch else None,
+            "log": str(result.launch.log_path.resolve()) if result.launch else None,
         }
         for key, value in attrs.items():
             trial.set_user_attr(key, value)

@@ -88,6 +88,17 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
     return study
 
 
+def state_label(outcome: str, feasible: bool, retryable: bool) -> str:
+    """The `state` user attribute: what the dashboard's COMPLETE hides (`FAILED: oom`, `INFEASIBLE: ...`)."""
+    if feasible:
+        return "ok"
+    if retryable:
+        return f"FAILED: {outcome} (not the configuration's fault; retried once)"
+    if outcome == "slo_violation":
+        return "INFEASIBLE: slo_violation (ran, missed a constraint)"
+    return f"FAILED: {outcome}"
+
+
 def objectives_of(space: SearchSpace) -> tuple[Objective, ...]:
     return tuple(Objective(metric=o.metric, direction=o.direction) for o in space.objectives)
 
