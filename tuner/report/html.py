@@ -32,6 +32,7 @@ text-align:left;vertical-align:top}th{background:#fafafa;position:sticky;top:0}
 td.num{text-align:right;font-variant-numeric:tabular-nums}tr.failed td.result{color:#d62728;font-weight:600}
 tr.infeasible td.result{color:#ff7f0e;font-weight:600}tr.pareto{background:#f1f8ff}
 pre{background:#f8f8f8;padding:8px;overflow-x:auto;font-size:12px;white-space:pre-wrap}
+.failed-list{color:#d62728;font-size:13px}
 details{margin:6px 0}summary{cursor:pointer}img{max-width:100%}.note{color:#555;font-size:12.5px}
 """
 
@@ -43,6 +44,7 @@ class HtmlReport:
     study: str
     context: Sequence[str]  # workload, constraints
     front_html: str  # the plotly figure as an HTML fragment (no script tag for plotly.js)
+    front_note: str  # the failed trials, listed (they have no point on the plot)
     trials: pd.DataFrame  # interactive.trials_table
     trial_status: Sequence[str]  # feasible | infeasible | failed per row of `trials`
     failures: pd.DataFrame  # detail.failures_frame
@@ -122,6 +124,7 @@ def render_html(report: HtmlReport, *, plotly_source: str | None = None) -> str:
 <p class="note">Hover a point for its knobs and metrics. Failed trials have no measurement: they are
 listed under the plot with their failure class, never drawn as values.</p>
 <div id="front">{report.front_html}</div>
+<p class="failed-list">{_esc(report.front_note)}</p>
 <h2>Recommended launch</h2>
 <p>{_esc(report.export_reason)}</p>
 <pre id="export">{_esc(report.export_text)}</pre>

@@ -44,7 +44,11 @@ def hover_text(rec: Mapping[str, Any], x: str, y: str) -> str:
 
 
 def pareto_plotly(
-    frame: pd.DataFrame, metrics: Sequence[str] | None = None, *, context: str | None = None
+    frame: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    *,
+    context: str | None = None,
+    failures: bool = True,
 ) -> Any:
     """The front in plotly (None without plotly): knobs, metrics, TTFT, free VRAM in the hover."""
     try:
@@ -84,8 +88,8 @@ def pareto_plotly(
                 line={"color": "black", "dash": "dash", "width": 1},
             )
         )
-    n_failed = int((frame["status"] == "failed").sum())
-    failed = f"failed, no measurement (not plotted): {failure_list(frame)}"
+    n_failed = int((frame["status"] == "failed").sum()) if failures else 0
+    failed = f"failed, not plotted (no trusted measurement): {failure_list(frame)}"
     notes = [f"<span style='color:{COLOURS['failed']}'>{failed}</span>"] if n_failed else []
     if context:
         notes.append(context)
@@ -94,14 +98,14 @@ def pareto_plotly(
         yaxis_title=_label(y),
         title="Pareto front (ringed, dashed line)",
         hoverlabel={"align": "left"},
-        margin={"b": 90 + 18 * len(notes)},
+        margin={"b": 80 + 30 * len(notes)},
         annotations=[
             {
                 "text": note,
                 "xref": "paper",
                 "yref": "paper",
                 "x": 0,
-                "y": -0.16 - 0.07 * i,
+                "y": -0.2 - 0.08 * i,
                 "showarrow": False,
                 "xanchor": "left",
                 "font": {"size": 11},

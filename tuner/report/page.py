@@ -10,7 +10,7 @@ from tuner.report.frame import StudyData, trials_frame
 from tuner.report.html import HtmlReport, png_data_uri, render_html
 from tuner.report.interactive import pareto_plotly, trials_table
 from tuner.report.pareto import pareto_front
-from tuner.report.plots import history_plot, latency_plot, metric_vs_param_plot
+from tuner.report.plots import failure_list, history_plot, latency_plot, metric_vs_param_plot
 from tuner.report.profile import render_sh
 from tuner.sglang.options import OptionTable, builtin_table
 from tuner.store.sql import SqlStore
@@ -21,7 +21,7 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
     front = pareto_front(data)
     frame = trials_frame(data, front)
     context = f"{workload_line(data)} | {constraints_line(data)}"
-    figure = pareto_plotly(frame, context=context)
+    figure = pareto_plotly(frame, failures=False)  # the page states failures and context in HTML
     front_html = (
         "" if figure is None else figure.to_html(full_html=False, include_plotlyjs=False, div_id="pareto")
     )
@@ -52,6 +52,9 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
         study=data.name,
         context=(workload_line(data), constraints_line(data)),
         front_html=front_html,
+        front_note=f"failed, not plotted (no trusted measurement): {failure_list(frame)}"
+        if failure_list(frame)
+        else "",
         trials=trials_table(frame, data.metric_names),
         trial_status=[str(s) for s in frame.get("status", [])],
         failures=failures_frame(data.rows),

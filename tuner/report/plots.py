@@ -147,7 +147,11 @@ def pareto_plot(
     n_failed = int((frame["status"] == "failed").sum())
     if n_failed:
         ax.scatter(
-            [], [], c=COLOURS["failed"], marker="x", label=f"failed (no measurement, not plotted): {n_failed}"
+            [],
+            [],
+            c=COLOURS["failed"],
+            marker="x",
+            label=f"failed, not plotted (no trusted value): {n_failed}",
         )
         ax.text(
             0.0,
