@@ -198,10 +198,15 @@ class _Progress:
     """A rich progress bar: requests done / total, one line per load point."""
 
     def __init__(self, points: tuple[LoadPoint, ...]) -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),  # stdout stays the result's
         )
         self._tasks = [self._progress.add_task(f"bench {p.label}", total=p.prompts) for p in points]
         self._progress.start()

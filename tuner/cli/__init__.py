@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from tuner.cli import profile, study
+from tuner.cli import probe, profile, study
 from tuner.errors import TunerError
 from tuner.interrupts import INTERRUPTS
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     study.register(sub)
     profile.register(sub)
+    probe.register(sub)
     return parser
 
 

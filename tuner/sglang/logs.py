@@ -44,12 +44,19 @@ def is_fatal(line: str) -> bool:
     return isinstance(event, FailureLine) and event.fatal
 
 
+KV_CANARY_MARK = "kv_canary violation"  # SGLang 0.5.13+ with `--kv-canary log`: one line per violation
+
+
 def nan_lines(lines: Iterable[str]) -> list[str]:
-    """The lines reporting NaN/inf in logits or probabilities, ANSI-stripped."""
+    """The lines reporting NaN/inf in logits or probabilities, or a KV-cache canary violation, ANSI-stripped.
+
+    The canary (`--kv-canary log`, with `--kv-canary-real-data partial|all` also hashing the real KV
+    bytes) is SGLang's own detector of KV-cache corruption; the gate reads its lines as garbage.
+    """
     out = []
     for line in lines:
         event = parse_line(line)
-        if isinstance(event, FailureLine) and event.kind is FailureKind.NAN:
+        if (isinstance(event, FailureLine) and event.kind is FailureKind.NAN) or KV_CANARY_MARK in line:
             out.append(strip_ansi(line).rstrip())
     return out
 

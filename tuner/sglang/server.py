@@ -292,3 +292,33 @@ def _kv_tokens(info: dict[str, Any]) -> int | None:
         if isinstance(cap, (int, float)):
             return int(cap)
     return None
+
+
+def server_info(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """/server_info (or /get_server_info before 0.5.6) of a running server; None if neither answers."""
+    with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False) as client:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                resp = client.get(path)
+                data = resp.json() if resp.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                continue
+            if isinstance(data, dict):
+                return data
+    return None
+
+
+def captured_sizes(base_url: str) -> tuple[int, ...] | None:
+    """The CUDA-graph batch sizes a running server was started with (its server args); None if unknown."""
+    info = server_info(base_url) or {}
+    if info.get("disable_cuda_graph") or info.get("disable_decode_cuda_graph"):
+        return None
+    for key in ("cuda_graph_bs_decode", "cuda_graph_bs"):
+        sizes = info.get(key)
+        if isinstance(sizes, list) and sizes and all(isinstance(b, int) for b in sizes):
+            return tuple(sizes)
+    for key in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"):
+        top = info.get(key)
+        if isinstance(top, int) and top > 0:
+            return (top,)
+    return None

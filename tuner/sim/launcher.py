@@ -210,7 +210,13 @@ async def _serve(
         )
     )
     state = ServerState(
-        scenario=scenario, launch=launch, plan=plan, engine=engine, argv=("python", "-m", "tuner.sim", *argv)
+        scenario=scenario,
+        launch=launch,
+        plan=plan,
+        engine=engine,
+        argv=("python", "-m", "tuner.sim", *argv),
+        drift_at=sim.inject.drift_at,
+        kv_canary_violation=sim.inject.kv_canary_violation,
     )
 
     def on_sigquit() -> None:

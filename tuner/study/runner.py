@@ -200,6 +200,7 @@ class StudyRunner:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 trial = self.study.ask()
+            trial.set_user_attr("state", "running")  # first attribute: optuna-dashboard lists it first
             trial.set_user_attr("host", self.host)
             trial.set_user_attr("pid", os.getpid())
             if self.hooks.on_start is not None:

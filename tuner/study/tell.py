@@ -25,7 +25,7 @@ from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective
 from tuner.store.sql import SqlStore
 from tuner.study.learn import PRUNED, evidence_attrs
-from tuner.study.storage import objectives_of
+from tuner.study.storage import objectives_of, state_label
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class Teller:
         self._record(trial.number, result, params, chash, verdict)
         failure = result.failure
         attrs: dict[str, Any] = {
+            "state": state_label(verdict.outcome.value, verdict.feasible, verdict.retryable),
             "outcome": verdict.outcome.value,
             "feasible": verdict.feasible,
             "failure": failure.outcome.value if failure else None,
@@ -69,7 +70,7 @@ class Teller:
             "phase": failure.phase.value if failure else None,
             "kv_tokens": verdict.metrics.get("kv_tokens"),
             "output_throughput": verdict.metrics.get("output_throughput"),
-            "log": str(result.launch.log_path) if result.launch else None,
+            "log": str(result.launch.log_path.resolve()) if result.launch else None,
             **evidence_attrs(result, verdict),
             **(extra or {}),
         }
@@ -104,6 +105,7 @@ class Teller:
         self._record(trial.number, result, params, chash, verdict)
         rule = decision.rule
         attrs: dict[str, Any] = {
+            "state": f"PRUNED: {decision.reason[:120]}",
             PRUNED: True,
             "forbidden": forbidden,
             "outcome": Outcome.PRUNED.value,
@@ -126,7 +128,7 @@ class Teller:
         """Tell a trial whose effective launch was already measured with that measurement."""
         for key, value in prior.constraints.items():
             trial.set_constraint(key, value)
-        for key in ("outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
+        for key in ("state", "outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
             if key in prior.user_attrs:
                 trial.set_user_attr(key, prior.user_attrs[key])
         trial.set_user_attr("dedup_of", prior.number)
