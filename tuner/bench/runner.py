@@ -75,10 +75,12 @@ async def run_benchmark(
     server_died: threading.Event | None = None,
     progress: bool = False,
     settle_s: float | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> BenchResult:
     """Run every load point of settings against base_url; partial results if the server dies.
 
-    `settle_s` overrides `settings.settle_s` (the pause between warmup/flush and T0).
+    `settle_s` overrides `settings.settle_s` (the pause between warmup/flush and T0); `stop`
+    returns True once the run should end (a stop request): every request is cancelled.
     """
     settle = settings.settle_s if settle_s is None else settle_s
     if not settings.load_points:
@@ -89,7 +91,7 @@ async def run_benchmark(
         build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows) for i, p in enumerate(settings.load_points)
     ]
     t_stage = perf_counter()
-    stage = Stage(settings.timeouts, server_died)
+    stage = Stage(settings.timeouts, server_died, stop)
     probe = LoopLagProbe()
     probe.start()
     watchdog = asyncio.ensure_future(stage.watch())
@@ -222,6 +224,7 @@ def benchmark(
     server_died: threading.Event | None = None,
     progress: bool = False,
     settle_s: float | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> BenchResult:
     """Synchronous run_benchmark on a fresh event loop (uvloop when installed)."""
     coro = run_benchmark(
@@ -231,6 +234,7 @@ def benchmark(
         server_died=server_died,
         progress=progress,
         settle_s=settle_s,
+        stop=stop,
     )
     try:
         import uvloop

@@ -27,6 +27,7 @@ class ErrorClass(str, Enum):
     NO_CONTENT = "no_content"  # a clean stream without a single content event
     SERVER_DIED = "server_died"  # cancelled because the server process died
     DEADLINE = "deadline"  # cancelled at the stage deadline
+    INTERRUPTED = "interrupted"  # cancelled at a stop request (Ctrl-C, SIGTERM)
     CLIENT_ERROR = "client_error"  # anything else raised on our side (a bug; text has the repr)
 
 

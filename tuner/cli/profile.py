@@ -212,7 +212,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
         save_png(metric_vs_param_plot(frame), out / "mem_fraction.png")
-    with SqlStore(url) as store:
+    with SqlStore(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:

@@ -177,7 +177,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tuner.report.status import print_status
     from tuner.store.sql import SqlStore, database_url
 
-    store = SqlStore(database_url(args.db))
+    store = SqlStore(database_url(args.db), create=False)
     preferred = None
     if args.space is not None:
         from tuner.space.loader import load_space
@@ -191,7 +191,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_studies(args: argparse.Namespace) -> int:
     from tuner.store.sql import SqlStore, database_url
 
-    store = SqlStore(database_url(args.db))
+    store = SqlStore(database_url(args.db), create=False)
     for name in store.studies():
         rows = store.trials(name)
         print(f"{name}\t{len(rows)} trials")

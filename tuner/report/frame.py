@@ -81,7 +81,7 @@ class StudyData:
 
 def load_study_data(url: str, study: str | None = None, *, preferred: str | None = None) -> StudyData:
     """Read one study's rows and Optuna trials (the I/O edge of the reports); see SqlStore.resolve_study."""
-    with SqlStore(url) as store:
+    with SqlStore(url, create=False) as store:
         name = store.resolve_study(study, preferred=preferred)
         rows = store.trials(name)
     try:

@@ -168,10 +168,18 @@ class Slo(Settings):
 
 
 class Budget(Settings):
-    """When a study stops: a number of trials and/or a wall-clock limit."""
+    """When a study stops: a number of trials and/or a wall-clock limit, or a machine that keeps failing.
+
+    After an infrastructure fault (port taken, GPUs held, server killed from outside) the next
+    trial waits `infra_backoff_s`, doubling up to `infra_backoff_max_s`; after
+    `max_infra_failures` in a row the run stops (the study stays resumable).
+    """
 
     n_trials: int | None = Field(default=None, ge=1)
     timeout_s: Duration | None = Field(default=None, validation_alias="timeout")
+    max_infra_failures: int = Field(default=3, ge=1)
+    infra_backoff_s: Duration = Field(default=2.0, validation_alias="infra_backoff")
+    infra_backoff_max_s: Duration = Field(default=60.0, validation_alias="infra_backoff_max")
 
 
 class SamplerSpec(Settings):

@@ -28,14 +28,19 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult
 from tuner.engine import Engine
-from tuner.errors import StoreError
 from tuner.interrupts import INTERRUPTS
 from tuner.objectives import is_feasible, judge
+from tuner.private import make_private, private_dir
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.sglang.process import pid_alive
 from tuner.space.loader import SearchSpace, forbidden_reason, suggest
 from tuner.space.sections import Objective
+from tuner.store.health import StoreWatch
+from tuner.store.preflight import check_database
 from tuner.store.sql import SqlStore
+from tuner.study.backoff import InfraBackoff
+from tuner.study.claims import claim_launch
+from tuner.study.durable import finish_recorded, mark_pending, store_guard
 from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, objectives_of, open_study
 from tuner.trial import run_trial
 
@@ -99,10 +104,13 @@ class StudyRunner:
         self.space = space
         self.db_url = db_url
         self.run_dir = Path(space.log_dir)
+        check_database(db_url, create=True)  # reliability: refuse a bad database before touching it
         self.lock = lock_path(db_url, self.run_dir)
         with ask_lock(self.lock):  # first creation of the tables must not race another worker
             self.store = SqlStore(db_url)
             self.study = open_study(space, db_url, study_name)
+        self.watch = StoreWatch(db_url)  # reliability: the file vanishing or replaced stops the run
+        self.backoff = InfraBackoff.from_budget(space.budget, INTERRUPTS.nap)  # reliability
         self.name = self.study.study_name
         self.budget: int | None = n_trials or space.budget.n_trials
         self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
@@ -134,6 +142,9 @@ class StudyRunner:
             pid = attrs.get("pid")
             if isinstance(pid, int) and (pid == os.getpid() or pid_alive(pid)):
                 continue
+            # reliability: its row was written but its tell was lost: finish the tell
+            if finish_recorded(self.study, self.store, self.name, trial):
+                continue
             self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
             self._retry(trial, reason="worker died")
 
@@ -161,9 +172,14 @@ class StudyRunner:
         started = time.monotonic()
         ran = 0
         interrupted = False
-        with trial_session(self.space, progress=self.progress) as ctx:
+        with store_guard(self.store, self.watch), trial_session(self.space, progress=self.progress) as ctx:
             self._prepare()
             while not self.stop_requested.is_set():
+                # reliability: safe point of the loop (a stop asked between trials), store still there
+                self.watch.check()
+                if INTERRUPTS.requested:
+                    interrupted = True
+                    break
                 if self.timeout_s is not None and time.monotonic() - started > self.timeout_s:
                     log.info("time budget of %.0f s spent", self.timeout_s)
                     break
@@ -172,12 +188,20 @@ class StudyRunner:
                     break
                 outcome = self._run_one(trial, ctx)
                 ran += 1
+                self.watch.check()  # reliability: never announce a trial the store has lost
                 if outcome is Outcome.INTERRUPTED:
                     interrupted = True
                     break
-        done, _ = self._counts()
+                # reliability: back off after an infrastructure fault, stop after too many in a row
+                self.backoff.after(outcome, str(trial.user_attrs.get("failure_message") or ""))
+            done, _ = self._counts()
+            self.watch.check()
         return RunSummary(
-            study_name=self.name, completed=done, budget=self.budget, interrupted=interrupted, ran=ran
+            study_name=self.name,
+            completed=done,
+            budget=self.budget,
+            interrupted=interrupted or INTERRUPTS.requested,
+            ran=ran,
         )
 
     def _ask(self) -> optuna.Trial | None:
@@ -203,7 +227,11 @@ class StudyRunner:
             config, params = suggest(self.space, trial)
             prepared = prepare_launch(config, ctx, label=label)
             chash = key_of(prepared)
-            trial.set_user_attr("cfg_hash", chash)
+            # reliability: claim the launch key (sets cfg_hash); waits while a live twin runs it
+            claim_launch(
+                self.study, trial, chash, lock=self.lock, stop=lambda: INTERRUPTS.requested,
+                sleep=INTERRUPTS.nap,
+            )
             reused = self._measured_before(chash, exclude=trial.number)
             if reused is not None:
                 with INTERRUPTS.deferred():
@@ -257,17 +285,6 @@ class StudyRunner:
             result, objectives, self.space.constraints, worst_seen=_worst_seen(self.study, objectives)
         )
         message = result.failure.message if result.failure else verdict.message
-        try:
-            self.store.record(
-                result,
-                study=self.name,
-                trial_number=trial.number,
-                params=params,
-                config_hash=chash,
-                verdict=verdict,
-            )
-        except StoreError as exc:
-            log.error("could not record trial %d: %s", trial.number, exc)
         attrs = {
             "outcome": verdict.outcome.value,
             "feasible": verdict.feasible,
@@ -283,6 +300,22 @@ class StudyRunner:
         for key, value in verdict.constraints.items():
             trial.set_user_attr(f"c_{key}", value)
         self._attach_log(trial, result)
+        # reliability: pending tell (and constraints), then the row, then the tell (tuner/study/durable.py);
+        # a StoreError here stops the run
+        if verdict.retryable:
+            mark_pending(trial, state=TrialState.FAIL)
+        else:
+            for key, value in verdict.constraints.items():
+                trial.set_constraint(key, value)
+            mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
+        self.store.record(
+            result,
+            study=self.name,
+            trial_number=trial.number,
+            params=params,
+            config_hash=chash,
+            verdict=verdict,
+        )
         if verdict.retryable:
             # interrupted or infrastructure: not the configuration's fault, so FAIL and retry it
             self.study.tell(trial, state=TrialState.FAIL)
@@ -290,8 +323,6 @@ class StudyRunner:
             self._retry(frozen, reason=result.outcome.value)
             self._announce(trial.number, result.outcome, (), False, None, message, t0, result)
             return result.outcome
-        for key, value in verdict.constraints.items():
-            trial.set_constraint(key, value)
         self.study.tell(trial, list(verdict.values))
         self._announce(
             trial.number, verdict.outcome, verdict.values, verdict.feasible, None, message, t0, result
@@ -305,16 +336,16 @@ class StudyRunner:
         try:
             from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
-            store_dir = self.run_dir / "artifacts"
-            store_dir.mkdir(parents=True, exist_ok=True)
+            store_dir = private_dir(self.run_dir / "artifacts")  # reliability: owner-only copies of logs
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                upload_artifact(
+                artifact_id = upload_artifact(
                     artifact_store=FileSystemArtifactStore(str(store_dir)),
                     file_path=str(result.launch.log_path),
                     study_or_trial=trial,
                     mimetype="text/plain",
                 )
+            make_private(store_dir / artifact_id)
         except Exception as exc:  # a log that cannot be attached never loses the trial
             log.warning("could not attach %s to trial %d: %s", result.launch.log_path, trial.number, exc)
 
