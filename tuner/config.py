@@ -209,6 +209,7 @@ class TrialResult:
     started_at: datetime
     finished_at: datetime
     timings: StageTimings = field(default_factory=StageTimings)
+    warnings: tuple[str, ...] = ()  # kept but noisy: e.g. the benchmark client starved by other processes
 
     @property
     def ok(self) -> bool:

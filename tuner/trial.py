@@ -84,6 +84,7 @@ class _TrialRun:
         self.gpus: tuple[GpuInfo, ...] = ()
         self.baseline: tuple[int, ...] | None = None  # used MiB per GPU before the launch
         self.current = Phase.RENDER
+        self.warnings: list[str] = []
 
     def _phase(self, phase: Phase, detail: str = "") -> None:
         if phase is not Phase.TEARDOWN:
@@ -240,6 +241,15 @@ class _TrialRun:
                     f"{100 * result.client_cpu_share:.0f}%, event-loop lag p99 {lag}): not trusted"
                 ),
             )
+        if result.starved:
+            lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
+            share = result.run_queue_wait_share
+            wait = "-" if share is None else f"{100 * share:.0f}%"
+            cpu = f"{100 * result.client_cpu_share:.0f}%"
+            self.warnings.append(
+                f"noisy: other processes kept the benchmark client off the CPU (event-loop lag p99 {lag}, "
+                f"run-queue wait {wait} of its runnable time, client CPU {cpu})"
+            )
         return None
 
     def _died(self, phase: Phase) -> Failure:
@@ -328,4 +338,5 @@ class _TrialRun:
             started_at=self.started_at,
             finished_at=datetime.now(timezone.utc),
             timings=timings,
+            warnings=tuple(self.warnings),
         )

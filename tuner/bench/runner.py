@@ -92,7 +92,7 @@ async def run_benchmark(
     ]
     t_stage = perf_counter()
     stage = Stage(settings.timeouts, server_died, stop)
-    probe = LoopLagProbe()
+    probe = LoopLagProbe(settings.self_check)
     probe.start()
     watchdog = asyncio.ensure_future(stage.watch())
     bar = _Progress(settings.load_points) if progress else None
@@ -135,6 +135,8 @@ async def run_benchmark(
         client_bound=check.client_bound,
         client_cpu_share=check.cpu_share,
         loop_lag_p99_ms=check.loop_lag_p99_ms,
+        starved=check.starved,
+        run_queue_wait_share=check.run_queue_wait_share,
         duration_s=perf_counter() - t_stage,
     )
 

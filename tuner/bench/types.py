@@ -184,6 +184,8 @@ class BenchResult:
     client_bound: bool = False  # the client, not the server, may have been the bottleneck
     client_cpu_share: float  # client process CPU time / wall time of the stage
     loop_lag_p99_ms: float | None  # event-loop overshoot of a 10 ms sleep, p99; None if unsampled
+    starved: bool = False  # other processes kept the client off the CPU: figures are noisy, not wrong
+    run_queue_wait_share: float | None = None  # the loop's run-queue wait / runnable time; None: unknown
     duration_s: float
 
     @property

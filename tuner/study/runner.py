@@ -285,7 +285,9 @@ class StudyRunner:
             result, objectives, self.space.constraints, worst_seen=_worst_seen(self.study, objectives)
         )
         message = result.failure.message if result.failure else verdict.message
+        message = "; ".join(m for m in (message, *result.warnings) if m)  # reliability: noisy trials say so
         attrs = {
+            "warning": "; ".join(result.warnings) or None,  # reliability
             "outcome": verdict.outcome.value,
             "feasible": verdict.feasible,
             "failure": result.failure.outcome.value if result.failure else None,
