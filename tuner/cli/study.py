@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.output import duration, gpu_list
+from tuner.cli.output import duration, gpu_list, positive_int
 from tuner.config import Phase
 from tuner.errors import ConfigError, FlagError
 from tuner.space.loader import SearchSpace
@@ -25,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument("--space", required=True, type=Path, help="search space YAML")
     run.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
     run.add_argument("--study", default=None, help="study name (default from the space: NAME-vVERSION)")
-    run.add_argument("--trials", type=int, default=None, help="finished trials wanted in the study")
+    run.add_argument(
+        "--trials", type=positive_int, default=None, help="finished trials wanted in the study (≥ 1)"
+    )
     run.add_argument("--timeout", type=duration, default=None, help="wall-time budget, e.g. 8h, 30m")
     run.add_argument("--plain", action="store_true", help="log lines instead of the live display")
     run.add_argument(

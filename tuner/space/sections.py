@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from tuner.bench.settings import BenchSettings
-from tuner.config import LaunchTimeouts
+from tuner.config import MAX_GPU_INDEX, LaunchTimeouts
 from tuner.errors import ConfigError
 from tuner.gate.settings import GateSettings
 from tuner.metrics import DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, direction_of
@@ -208,7 +208,7 @@ def _gpus(value: object) -> object:
     if value in ("all", None):
         return ()
     if not isinstance(value, list) or any(
-        isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in value
+        isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= MAX_GPU_INDEX for g in value
     ):
         raise mistake(f"expected all or a list of GPU indices such as [0, 1] (got {show(value)})")
     if len(set(value)) != len(value):
