@@ -164,7 +164,12 @@ def mem_fraction_problem(value: object) -> str | None:
 
 
 # Parallelism sizes: a count of GPUs or nodes, so at least 1 (min_gpus multiplies them).
-POSITIVE_DESTS = frozenset({"tp_size", "pp_size", "dp_size", "ep_size", "nnodes"})
+POSITIVE_DESTS = frozenset(
+    {
+        *("tp_size", "pp_size", "dp_size", "ep_size", "nnodes"),
+        *("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "expert_parallel_size"),
+    }
+)
 _BS_DESTS = frozenset({"cuda_graph_bs", "cuda_graph_bs_decode"})
 _MAX_BS_DESTS = frozenset({"cuda_graph_max_bs", "cuda_graph_max_bs_decode"})
 
