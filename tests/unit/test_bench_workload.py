@@ -11,8 +11,7 @@ import pytest
 from tuner.bench.client import build_payload
 from tuner.bench.load import arrival_offsets_s
 from tuner.bench.selfcheck import Judgement, judge, read_schedstat
-from tuner.bench.settings import SelfCheckSettings
-from tuner.bench.settings import Api, Workload, WorkloadKind
+from tuner.bench.settings import Api, SelfCheckSettings, Workload, WorkloadKind
 from tuner.bench.workload import build_requests, parse_jsonl, parse_sharegpt, random_lengths, warmup_specs
 from tuner.errors import BenchmarkError
 
