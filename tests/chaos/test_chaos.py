@@ -34,14 +34,15 @@ from optuna.trial import TrialState
 
 from tuner.config import Outcome
 
-pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(900)]
 
 STORM = 1000  # the budget while faults are injected: never reached, so each run is ended by a fault
 PHASES = ("render", "launch", "gate", "bench", "teardown")
 OUTCOME = "|".join(o.value for o in Outcome)
-KILLS = int(os.environ.get("TUNER_CHAOS_KILLS", "20"))  # SIGKILLs of the tuner (the issue asks 20)
-SERVER_KILLS = int(os.environ.get("TUNER_CHAOS_SERVER_KILLS", "10"))
-SIGNALS = int(os.environ.get("TUNER_CHAOS_SIGNALS", "20"))
+# `make chaos` (and CI) runs the storms at full size: 20 SIGKILLs of the tuner, 10 of its server, 20
+# SIGINT/SIGTERMs; `make test` runs them smaller to stay within its time.
+FULL = os.environ.get("TUNER_CHAOS") == "full"
+KILLS, SERVER_KILLS, SIGNALS = (20, 10, 20) if FULL else (6, 3, 6)
 
 
 def _phase_pattern(rng: random.Random) -> str:
@@ -125,14 +126,17 @@ def test_sigint_and_sigterm_at_any_moment_end_the_run_within_10_s(tmp_path: Path
         assert took < 10.0, f"{sig.name}: the run took {took:.1f} s to end"
         facts = study_facts(tmp_path)
         assert facts.count(TrialState.RUNNING) == 0, "a trial was left RUNNING after a graceful stop"
-        started = [int(line.split()[1].rstrip(":")) for line in tuner.lines if line.startswith("trial ")]
-        told = {int(line.split()[1].rstrip(":")) for line in tuner.lines if _is_told(line)}
-        in_flight = [n for n in started if n not in told]
+        started = {int(line.split()[1].rstrip(":")) for line in tuner.lines if line.startswith("trial ")}
+        told = dict(_told(line) for line in tuner.lines if _told(line) is not None)
         rows = {r[0]: r[1] for r in facts.rows}
-        for number in set(in_flight):
-            assert rows.get(number) == "interrupted", f"trial {number} in flight: row {rows.get(number)}"
-            assert facts.states[number] is TrialState.FAIL
-        interrupted_seen += len(set(in_flight))
+        for number in started:
+            if told.get(number, "interrupted") == "interrupted":  # in flight when the stop came
+                assert rows.get(number) == "interrupted", f"trial {number} in flight: row {rows.get(number)}"
+                assert facts.states[number] is TrialState.FAIL
+                interrupted_seen += 1
+            elif number in rows:
+                said = told[number]
+                assert rows[number] == said, f"trial {number}: said {said}, row {rows[number]}"
         assert not sim_processes(tmp_path), "a stop left a server running"
     before = study_facts(tmp_path).complete
     finish(tmp_path, before + 2)
@@ -143,9 +147,12 @@ def test_sigint_and_sigterm_at_any_moment_end_the_run_within_10_s(tmp_path: Path
     )
 
 
-def _is_told(line: str) -> bool:
+def _told(line: str) -> tuple[int, str] | None:
+    """(trial number, outcome) of a plain-output line announcing how a trial ended, else None."""
     parts = line.split()
-    return len(parts) >= 3 and parts[0] == "trial" and parts[2] in {o.value for o in Outcome}
+    if len(parts) >= 3 and parts[0] == "trial" and parts[2] in {o.value for o in Outcome}:
+        return int(parts[1].rstrip(":")), parts[2]
+    return None
 
 
 def test_four_workers_share_one_sqlite_file(tmp_path: Path) -> None:

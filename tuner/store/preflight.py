@@ -20,8 +20,6 @@ from pathlib import Path
 from tuner.errors import ConfigError
 from tuner.store.health import sqlite_path
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
 # Key columns of every table Optuna 5 (RDBStorage) and the tuner create; a table of that name
 # without them belongs to another program.
 OURS: Mapping[str, frozenset[str]] = {
@@ -82,13 +80,8 @@ def check_database(url: str, *, create: bool) -> None:
         raise ConfigError(f"--db {path}: not a regular file (expected a SQLite database file)")
     if info.st_size == 0:
         return  # SQLite's own way of starting a new database
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise ConfigError(f"--db {path}: cannot read it: {exc.strerror or exc}") from None
-    if head != SQLITE_MAGIC:
-        raise ConfigError(f"--db {path}: not a SQLite database (expected an experiments database file)")
+    # Never open the file itself: closing a descriptor of a database drops every POSIX lock this
+    # process holds on it (SQLite's connections included), and another worker may then corrupt it.
     found = foreign_tables(_sqlite_tables(path), strict=True)
     if found:
         raise ConfigError(
@@ -119,7 +112,11 @@ def _sqlite_tables(path: Path) -> dict[str, set[str]]:
     try:
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         return {n: {r[1] for r in con.execute(f'PRAGMA table_info("{n}")')} for n in names}
-    except sqlite3.Error as exc:
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise ConfigError(
+                f"--db {path}: not a SQLite database (expected an experiments database file)"
+            ) from None
         raise ConfigError(f"--db {path}: not a readable SQLite database ({exc})") from None
     finally:
         with contextlib.suppress(sqlite3.Error):
