@@ -51,8 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     INTERRUPTS.install()  # the handler only records a stop; commands act on it at safe points
     try:
         code: int = args.handler(args)
-        if INTERRUPTS.requested and not code:
-            print("interrupted", file=sys.stderr)
+        if INTERRUPTS.requested:
+            if code != 130:
+                print("interrupted", file=sys.stderr)
             return 130
         return int(code or 0)
     except TunerError as exc:
