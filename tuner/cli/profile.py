@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tuner.cli.output import positive_int
 from tuner.errors import ConfigError
 
 
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     confirm = sub.add_parser("confirm", help="relaunch a trial's configuration N times and record each run")
     _add_choice(confirm)
     confirm.add_argument("--space", required=True, type=Path, help="the study's search space YAML")
-    confirm.add_argument("--repeats", type=int, default=3)
+    confirm.add_argument("--repeats", type=positive_int, default=3)
     confirm.set_defaults(handler=cmd_confirm)
 
     report = sub.add_parser("report", help="write a study's tables (CSV) and plots (PNG) to a folder")
@@ -262,7 +263,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
         save_png(metric_vs_param_plot(frame, context=context), out / "mem_fraction.png")
-    with SqlStore(url) as store:
+    with SqlStore(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.output import duration, gpu_list
+from tuner.cli.output import duration, gpu_list, positive_int
 from tuner.config import Phase
 from tuner.errors import ConfigError, FlagError
 from tuner.space.loader import SearchSpace
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
     run.add_argument("--study", default=None, help="study name (default from the space: NAME-vVERSION)")
     run.add_argument(
-        "--trials", type=int, default=None, help="launches wanted in the study (pruned asks are free)"
+        "--trials", type=positive_int, default=None, help="launches wanted (≥ 1; pruned asks are free)"
     )
     run.add_argument("--timeout", type=duration, default=None, help="wall-time budget, e.g. 8h, 30m")
     run.add_argument("--plain", action="store_true", help="log lines instead of the live display")
@@ -235,7 +235,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tuner.report.status import print_status
     from tuner.store.sql import SqlStore, database_url
 
-    store = SqlStore(database_url(args.db))
+    store = SqlStore(database_url(args.db), create=False)
     preferred = None
     if args.space is not None:
         from tuner.space.loader import load_space
@@ -249,7 +249,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_studies(args: argparse.Namespace) -> int:
     from tuner.store.sql import SqlStore, database_url
 
-    store = SqlStore(database_url(args.db))
+    store = SqlStore(database_url(args.db), create=False)
     if args.show_space is not None:
         return _show_space(database_url(args.db), args.show_space)
     for name in store.studies():

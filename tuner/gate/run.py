@@ -81,6 +81,7 @@ def gate(
     server_died: threading.Event | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     reference: ReferenceBook | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> GateResult:
     """Run the gate from synchronous code (a fresh event loop; not from inside a running one)."""
     return asyncio.run(
@@ -93,6 +94,7 @@ def gate(
             server_died=server_died,
             transport=transport,
             reference=reference,
+            stop=stop,
         )
     )
 
@@ -107,12 +109,15 @@ async def run_gate(
     server_died: threading.Event | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     reference: ReferenceBook | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> GateResult:
     """Ask every prompt sequentially, then as a burst, and judge the answers; then the reference check.
 
     `nan_log_lines` returns every NaN (and KV-canary violation) line the server's log has shown
     so far; `server_died` is set by whoever watches the server process; `reference` holds the
-    reference answers of `settings.reference` (None: the check only records this server's outputs).
+    reference answers of `settings.reference` (None: the check only records this server's outputs);
+    `stop` returns True once the run should end (a stop request): the requests in flight are
+    cancelled and the caller acts on it.
     """
     validate_settings(settings)
     if not settings.enabled:
@@ -134,7 +139,9 @@ async def run_gate(
         work = asyncio.create_task(run.rounds(client, nan_lines))
         watchers = {work}
         if server_died is not None:
-            watchers.add(asyncio.create_task(_wait_set(server_died)))
+            watchers.add(asyncio.create_task(_wait_set(server_died.is_set)))
+        if stop is not None:
+            watchers.add(asyncio.create_task(_wait_set(stop)))
         done, pending = await asyncio.wait(
             watchers, timeout=settings.timeout_s, return_when=asyncio.FIRST_COMPLETED
         )
@@ -175,10 +182,10 @@ async def run_gate(
     return result
 
 
-async def _wait_set(event: threading.Event) -> None:
+async def _wait_set(is_set: Callable[[], bool]) -> None:
     # threading.Event has no awaitable wait; a blocking wait in a thread could
     # outlive the loop, so poll.
-    while not event.is_set():
+    while not is_set():
         await asyncio.sleep(DEATH_POLL_S)
 
 

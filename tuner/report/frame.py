@@ -92,7 +92,7 @@ def load_study_data(url: str, study: str | None = None, *, preferred: str | None
             f"experiments database {missing} does not exist; expected the file `python -m tuner run` wrote "
             f"(give it with --db, or TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
         )
-    with SqlStore(url) as store:
+    with SqlStore(url, create=False) as store:
         name = store.resolve_study(study, preferred=preferred)
         rows = store.trials(name)
     try:

@@ -123,8 +123,12 @@ def lock_path(db_url: str, run_dir: Path) -> Path:
 @contextlib.contextmanager
 def ask_lock(path: Path) -> Iterator[None]:
     """Serialise table creation and count + ask between workers on this host."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = path.open("a")
+    except OSError as exc:
+        raise StoreError(f"cannot create the workers' lock file {path}: {exc.strerror or exc}") from exc
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
