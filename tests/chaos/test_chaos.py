@@ -207,7 +207,7 @@ def test_a_deleted_database_stops_the_run_loudly(tmp_path: Path) -> None:
     assert code == 1, tuner.output[-2000:]
     last = [line for line in tuner.lines if line.strip()][-1]
     assert last.startswith("error: experiments database ") and str(tmp_path / "exp.db") in last, last
-    assert "was deleted" in last and "trials finished" not in tuner.output
+    assert "was deleted" in last and "launches finished" not in tuner.output
     assert not sim_processes(tmp_path) and not live_server_pids(tmp_path)
 
 
