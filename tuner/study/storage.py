@@ -157,8 +157,8 @@ class Heartbeat:
     def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
         self._storage = study._storage
         self._trial_id = trial._trial_id
-        interval = getattr(self._storage, "heartbeat_interval", None)
-        self._interval_s = float(interval) if interval else 60.0
+        interval = self._storage.get_heartbeat_interval()  # type: ignore[attr-defined]
+        self._interval_s = float(interval or WorkerSettings().heartbeat_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True, name="heartbeat")
 
