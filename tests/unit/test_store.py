@@ -127,7 +127,7 @@ def test_optuna_kwargs_are_picklable_and_per_backend(tmp_path: Path) -> None:
         assert con.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     finally:
         con.close()
-    assert optuna_storage_kwargs("postgresql+psycopg://u:p@h/db") == {"pool_pre_ping": True}
+    assert optuna_storage_kwargs("postgresql+psycopg://u:p@h/db")["connect_args"]["keepalives"] == 1
 
 
 # --- SQLite files ---------------------------------------------------------------------------------------

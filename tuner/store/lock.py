@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from tuner.errors import StoreError
-from tuner.store.sql import mask_url
+from tuner.store.sql import mask_url, ping_idle_connections
 
 KEEPALIVE_IDLE_S = 30  # silence before the server probes the worker's connection
 KEEPALIVE_INTERVAL_S = 10
@@ -55,11 +55,11 @@ class AdvisoryLock:
                 make_url(url),
                 pool_size=1,
                 max_overflow=0,
-                pool_pre_ping=True,
                 connect_args={"options": options},
             )
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
             raise StoreError(f"experiments database {self._shown}: cannot use this URL: {exc}") from exc
+        ping_idle_connections(self._engine)
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from sqlalchemy.engine import make_url
 
 from tuner.errors import ConfigError, StoreError
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective, WorkerSettings
 from tuner.store.lock import AdvisoryLock, supports_advisory_lock
-from tuner.store.sql import mask_url, optuna_storage_kwargs
+from tuner.store.sql import mask_url, optuna_storage_kwargs, ping_idle_connections
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +38,16 @@ def make_storage(url: str, workers: WorkerSettings | None = None) -> RDBStorage:
     workers = workers or WorkerSettings()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RDBStorage(
+        storage = RDBStorage(
             url,
             engine_kwargs=optuna_storage_kwargs(url),
             heartbeat_interval=max(1, math.ceil(workers.heartbeat_s)),  # Optuna takes whole seconds
             grace_period=max(2, math.ceil(workers.grace_s)),
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=workers.retries),
         )
+    if make_url(url).get_backend_name() != "sqlite":
+        ping_idle_connections(storage.engine)
+    return storage
 
 
 def make_sampler(space: SearchSpace, *, seed: int | None = None) -> optuna.samplers.BaseSampler:
@@ -118,8 +122,6 @@ def worker_lock(db_url: str, run_dir: Path, study_name: str) -> WorkerLock:
 
 def lock_path(db_url: str, run_dir: Path) -> Path:
     """Beside a SQLite file (every worker of that file sees it), else in the run directory."""
-    from sqlalchemy.engine import make_url
-
     url = make_url(db_url)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         db = Path(url.database)
