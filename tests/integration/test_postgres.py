@@ -27,6 +27,7 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 from postgres_server import REQUIRE_ENV, PostgresServer, missing
 
+from tuner.store import sql as store_sql
 from tuner.store.lock import AdvisoryLock
 from tuner.store.sql import SqlStore, StoredTrial
 from tuner.study import finalists
@@ -307,3 +308,21 @@ def test_concurrent_records_of_one_config_get_distinct_attempts(server: Postgres
     assert attempts == list(range(1, threads_n * rounds + 1))
     assert retried > 0, "no INSERT ever collided: the race was not provoked"
     print(f"\n{threads_n} writers x {rounds} rounds of one config: {retried} colliding INSERTs counted again")
+
+
+def test_a_connection_cut_while_idle_is_replaced_before_use(
+    server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    url = server.url()
+    monkeypatch.setattr(store_sql, "IDLE_CHECK_S", 0.0)  # every pooled connection counts as idle
+    with SqlStore(url) as store:
+        record(store, make_result())
+        with psycopg.connect(server._dsn("postgres"), autocommit=True) as admin:  # a restart, a firewall
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (url.rsplit("/", 1)[1],),
+            )
+        assert len(store.trials("glm5-v1")) == 1
