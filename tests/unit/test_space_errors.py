@@ -46,6 +46,13 @@ CASES = [
     ("duplicate-key", BASE + "name: again\n", "name", 14, "duplicate key (first given on line 1)"),
     ("wrong-type", BASE + "budget:\n  n_trials: many\n", "budget.n_trials", 15, "expected an integer"),
     (
+        "grace-shorter-than-two-heartbeats",
+        BASE + "workers:\n  heartbeat: 30s\n  grace: 45s\n",
+        "workers.grace",
+        16,
+        "at least twice heartbeat (30 s), got 45 s",
+    ),
+    (
         "inverted-range",
         edit("low: 0.8", "low: 0.96"),
         "mem-fraction-static.high",

@@ -54,6 +54,7 @@ def test_database_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert database_url("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
     assert database_url("sqlite://") == "sqlite://"
     assert database_url("postgresql+psycopg://u:pw@db/tuner") == "postgresql+psycopg://u:pw@db/tuner"
+    assert database_url("postgresql://u:pw@db/tuner") == "postgresql+psycopg://u:pw@db/tuner"  # psycopg 3
 
 
 def test_mask_url_hides_the_password() -> None:
@@ -126,7 +127,7 @@ def test_optuna_kwargs_are_picklable_and_per_backend(tmp_path: Path) -> None:
         assert con.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     finally:
         con.close()
-    assert optuna_storage_kwargs("postgresql+psycopg://u:p@h/db") == {"pool_pre_ping": True}
+    assert optuna_storage_kwargs("postgresql+psycopg://u:p@h/db")["connect_args"]["keepalives"] == 1
 
 
 # --- SQLite files ---------------------------------------------------------------------------------------
@@ -194,9 +195,10 @@ def set_schema_version(tmp_path: Path, version: int) -> None:
 
 def test_newer_schema_is_refused_by_name(tmp_path: Path) -> None:
     SqlStore(file_url(tmp_path)).close()
-    set_schema_version(tmp_path, store_schema.SCHEMA_VERSION + 1)
+    newer = store_schema.SCHEMA_VERSION + 1
+    set_schema_version(tmp_path, newer)
 
-    with pytest.raises(StoreError, match=r"experiments\.db: tuner schema version 2 is newer .* upgrade"):
+    with pytest.raises(StoreError, match=rf"experiments\.db: tuner schema version {newer} is newer"):
         SqlStore(file_url(tmp_path))
 
 
@@ -213,6 +215,30 @@ def test_older_schema_is_migrated_once(tmp_path: Path, monkeypatch: pytest.Monke
     con = sqlite3.connect(tmp_path / "experiments.db")
     assert con.execute("SELECT version FROM tuner_schema").fetchall() == [(store_schema.SCHEMA_VERSION,)]
     con.close()
+
+
+def test_version_1_attempts_shared_by_racing_writers_are_renumbered(tmp_path: Path) -> None:
+    with SqlStore(file_url(tmp_path)) as store:
+        for _ in range(3):
+            record(store, config_hash="h1")
+        record(store, config_hash="h2")
+    con = sqlite3.connect(tmp_path / "experiments.db")
+    with con:  # what version 1 allowed: two rows of one configuration with the same attempt
+        con.execute(f"DROP INDEX {store_schema.ATTEMPT_UNIQUE}")
+        con.execute("UPDATE tuner_trials SET attempt = 1")
+        con.execute("UPDATE tuner_schema SET version = 1")
+    con.close()
+
+    with SqlStore(file_url(tmp_path)) as store:
+        assert [(t.config_hash, t.attempt) for t in store.trials("glm5-v1")] == [
+            ("h1", 1), ("h1", 2), ("h1", 3), ("h2", 1)
+        ]
+        record(store, config_hash="h1")
+        assert store.trials("glm5-v1")[-1].attempt == 4
+    con = sqlite3.connect(tmp_path / "experiments.db")
+    indexes = {row[1] for row in con.execute("PRAGMA index_list(tuner_trials)")}
+    con.close()
+    assert store_schema.ATTEMPT_UNIQUE in indexes
 
 
 def test_secrets_never_reach_the_file(tmp_path: Path) -> None:

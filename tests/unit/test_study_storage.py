@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from tuner.errors import ConfigError, StoreError
+from tuner.sglang.process import HOSTNAME_ENV, host_name
 from tuner.space.loader import load_space
-from tuner.study.storage import lock_path, make_sampler
+from tuner.space.sections import WorkerSettings
+from tuner.store.lock import AdvisoryLock, advisory_key
+from tuner.study.storage import lock_path, make_sampler, make_storage, worker_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,3 +49,35 @@ def test_the_state_attribute_says_what_complete_hides() -> None:
     assert state_label("oom", False, False) == "FAILED: oom"
     assert state_label("slo_violation", False, False).startswith("INFEASIBLE: slo_violation")
     assert state_label("interrupted", False, True).startswith("FAILED: interrupted (not the configuration")
+
+
+def test_a_server_url_gets_a_lock_in_the_database_and_sqlite_a_lock_file(tmp_path: Path) -> None:
+    assert worker_lock(f"sqlite:///{tmp_path}/exp.db", tmp_path, "s-v1") == tmp_path / "exp.db.tuner-lock"
+    pytest.importorskip("psycopg")
+    lock = worker_lock("postgresql+psycopg://u@h/db", tmp_path, "s-v1")  # nothing connects yet
+    assert isinstance(lock, AdvisoryLock) and lock.key == advisory_key("s-v1")
+    lock.close()
+
+
+def test_advisory_keys_are_stable_signed_64_bit_and_per_study() -> None:
+    key = advisory_key("glm5-v1")
+    assert key == advisory_key("glm5-v1") != advisory_key("glm5-v2")
+    assert -(2**63) <= key < 2**63
+
+
+def test_the_host_identity_can_be_set_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(HOSTNAME_ENV, "node-7")
+    assert host_name() == "node-7"
+    monkeypatch.delenv(HOSTNAME_ENV)
+    assert host_name() and host_name() != "node-7"
+
+
+def test_heartbeat_settings_reach_optunas_storage(tmp_path: Path) -> None:
+    workers = WorkerSettings.model_validate({"heartbeat": "2.5s", "grace": "1m", "retries": 2})
+    storage = make_storage(f"sqlite:///{tmp_path}/exp.db", workers)
+    assert (storage.heartbeat_interval, storage.grace_period) == (3, 60)
+    callback = storage.heartbeat_stale_trial_callback
+    assert callback is not None and callback._max_retry == 2  # noqa: SLF001
+    storage.remove_session()
+    default = WorkerSettings()
+    assert (default.heartbeat_s, default.grace_s, default.retries) == (60.0, 900.0, 1)

@@ -26,6 +26,8 @@ from tuner.errors import LaunchError, PortInUseError
 
 log = logging.getLogger(__name__)
 
+HOSTNAME_ENV = "TUNER_HOSTNAME"
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StopReport:
@@ -250,3 +252,12 @@ def pid_alive(pid: int) -> bool:
         return True
     except psutil.Error:
         return False
+
+
+def host_name() -> str:
+    """This worker's host identity in a study: $TUNER_HOSTNAME if set, else the system's host name.
+
+    Trials and rows carry it; a worker reaps by pid only the trials of its own host, so two
+    workers that share a host name must share a process table (and a run directory).
+    """
+    return os.environ.get(HOSTNAME_ENV) or socket.gethostname()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuner.bench.settings import BenchSettings
@@ -31,7 +31,16 @@ from tuner.space.sampling import (
     parse_set_overrides,
     suggest,
 )
-from tuner.space.sections import Budget, EngineSpec, Objective, SamplerSpec, SearchSettings, Slo, SpaceFile
+from tuner.space.sections import (
+    Budget,
+    EngineSpec,
+    Objective,
+    SamplerSpec,
+    SearchSettings,
+    Slo,
+    SpaceFile,
+    WorkerSettings,
+)
 from tuner.space.source import Section, read_source
 from tuner.space.validation import read_settings
 
@@ -89,6 +98,7 @@ class SearchSpace:
     sampler: SamplerSpec
     search: SearchSettings
     log_dir: Path
+    workers: WorkerSettings = field(default_factory=WorkerSettings)
 
     @property
     def study_name(self) -> str:
@@ -171,5 +181,6 @@ def load_space(path: str | Path, *, environ: Mapping[str, str] | None = None) ->
         timeouts=doc.timeouts,
         sampler=doc.sampler,
         search=doc.search,
+        workers=doc.workers,
         log_dir=Path(doc.log_dir) if doc.log_dir is not None else Path("runs") / study,
     )

@@ -182,6 +182,25 @@ class Budget(Settings):
     infra_backoff_max_s: Duration = Field(default=60.0, validation_alias="infra_backoff_max")
 
 
+class WorkerSettings(Settings):
+    """How workers sharing a study watch each other: heartbeats of running trials, retries of lost ones."""
+
+    heartbeat_s: Duration = Field(default=60.0, ge=1, validation_alias="heartbeat")
+    # No heartbeat for this long: the trial's worker is taken for dead (its node, its process) and
+    # the next worker to ask fails the trial and retries it. Generous: a live trial reaped ends badly.
+    grace_s: Duration = Field(default=900.0, ge=2, validation_alias="grace")
+    retries: int = Field(default=1, ge=0)  # of a trial whose worker died or an infrastructure fault ended
+
+    @model_validator(mode="after")
+    def _grace_covers_beats(self) -> WorkerSettings:
+        if self.grace_s < 2 * self.heartbeat_s:
+            raise mistake(
+                f"must be at least twice heartbeat ({self.heartbeat_s:g} s), got {self.grace_s:g} s",
+                at=("grace",),
+            )
+        return self
+
+
 class SamplerSpec(Settings):
     """Which Optuna sampler, its seed and random start-up trials."""
 
@@ -273,6 +292,7 @@ class SpaceFile(Settings):
     timeouts: LaunchTimeouts = Field(default_factory=LaunchTimeouts)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     search: SearchSettings = Field(default_factory=SearchSettings)
+    workers: WorkerSettings = Field(default_factory=WorkerSettings)
     log_dir: str | None = Field(default=None, min_length=1)  # None = runs/<study name>
 
     @field_validator("constraints", mode="before")

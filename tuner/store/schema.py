@@ -14,7 +14,9 @@ import sqlalchemy as sa
 
 from tuner.metrics import BENCH_METRICS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+ATTEMPT_UNIQUE = "uq_tuner_trials_attempt"  # (study, config_hash, attempt): one number per run
 
 metadata = sa.MetaData()
 
@@ -71,6 +73,9 @@ trials_table = sa.Table(
     sa.Column("confirm_of", sa.Integer, sa.ForeignKey("tuner_trials.id")),
     sa.Index("ix_tuner_trials_study_hash", "study", "config_hash"),
     sa.Index("ix_tuner_trials_study_number", "study", "trial_number"),
+    # A unique index, not a table constraint, so that a version-1 database (SQLite cannot add a
+    # constraint to a table) gains exactly what a new one has.
+    sa.Index(ATTEMPT_UNIQUE, "study", "config_hash", "attempt", unique=True),
 )
 
 requests_table = sa.Table(
@@ -93,8 +98,22 @@ requests_table = sa.Table(
     sa.Index("ix_tuner_requests_trial", "trial_id", "point_index", "seq"),
 )
 
+
+def _unique_attempts(conn: sa.Connection) -> None:
+    """Version 1 -> 2: renumber attempts that concurrent writers shared, then make them unique."""
+    t = trials_table
+    rows = conn.execute(sa.select(t.c.id, t.c.study, t.c.config_hash, t.c.attempt).order_by(t.c.id)).all()
+    seen: dict[tuple[str, str], int] = {}
+    for row_id, study, config_hash, attempt in rows:
+        number = seen.get((study, config_hash), 0) + 1
+        seen[(study, config_hash)] = number
+        if attempt != number:
+            conn.execute(sa.update(t).where(t.c.id == row_id).values(attempt=number))
+    next(i for i in t.indexes if i.name == ATTEMPT_UNIQUE).create(conn, checkfirst=True)
+
+
 # version -> function that upgrades a database at that version to version + 1.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _unique_attempts}
 
 
 class NewerSchemaError(Exception):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import re
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
@@ -29,10 +29,12 @@ from sqlalchemy.engine import make_url
 
 from tuner.config import TrialResult, Verdict
 from tuner.errors import ConfigError, StoreError
+from tuner.sglang.process import host_name
 from tuner.store.codec import loads, redact_argv, redact_env
 from tuner.store.preflight import check_database, foreign_tables
 from tuner.store.rows import StoredTrial, request_rows, stored_trial, trial_row
 from tuner.store.schema import (
+    ATTEMPT_UNIQUE,
     SCHEMA_VERSION,
     NewerSchemaError,
     ensure_schema,
@@ -56,7 +58,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_S = 60.0
+IDLE_CHECK_S = 30.0  # a pooled server connection idle longer than this is checked before use
+RECORD_TRIES = 50  # writers of one configuration racing for its next attempt number
 DEFAULT_FILE = "experiments.db"
+POSTGRES_DRIVER = "postgresql+psycopg"
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -64,13 +69,16 @@ def database_url(db: str | None) -> str:
     """An absolute SQLAlchemy URL: None -> ./experiments.db, a path -> sqlite, a URL as given.
 
     Relative SQLite paths are made absolute so that workers, the dashboard and a
-    notebook started from different directories open the same file.
+    notebook started from different directories open the same file; `postgresql://`
+    names the driver of the `postgres` extra (psycopg 3), not SQLAlchemy's default psycopg2.
     """
     if db is None:
         return f"sqlite:///{Path.cwd() / DEFAULT_FILE}"
     if not _URL_SCHEME.match(db):
         return f"sqlite:///{os.path.abspath(os.path.expanduser(db))}"
     url = make_url(db)
+    if url.drivername == "postgresql":
+        return url.set(drivername=POSTGRES_DRIVER).render_as_string(hide_password=False)
     path = url.database or ""
     is_file = path not in ("", ":memory:") and not path.startswith("file:")
     if url.get_backend_name() == "sqlite" and is_file and not os.path.isabs(path):
@@ -133,10 +141,14 @@ def make_engine(url: str) -> sa.Engine:
                 engine = sa.create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_S})
             sa.event.listen(engine, "connect", _on_sqlite_connect)
             return engine
-        # Idle pooled connections get cut between multi-minute trials (Optuna pre-pings only MySQL).
-        return sa.create_engine(parsed, pool_pre_ping=True)
+        engine = sa.create_engine(parsed, **_server_kwargs(parsed))
+        ping_idle_connections(engine)
+        return engine
     except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError, ValueError) as exc:
-        raise StoreError(f"experiments database {mask_url(url)}: cannot use this URL: {exc}") from exc
+        hint = ""
+        if isinstance(exc, ImportError) and "psycopg" in str(exc):
+            hint = " (pip install 'sglang-tuner[postgres]')"
+        raise StoreError(f"experiments database {mask_url(url)}: cannot use this URL: {exc}{hint}") from exc
 
 
 def optuna_storage_kwargs(url: str) -> dict[str, Any]:
@@ -145,7 +157,43 @@ def optuna_storage_kwargs(url: str) -> dict[str, Any]:
     if parsed.get_backend_name() == "sqlite":
         path = _sqlite_file(parsed)
         return {} if path is None else {"creator": functools.partial(_sqlite_connect, path)}
-    return {"pool_pre_ping": True}
+    return _server_kwargs(parsed)  # the caller adds ping_idle_connections to the storage's engine
+
+
+def _server_kwargs(url: sa.URL) -> dict[str, Any]:
+    if url.get_backend_name() != "postgresql":
+        return {}
+    # The client notices a server (or a path to it) gone within about a minute.
+    keepalives = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+    return {"connect_args": keepalives}
+
+
+def ping_idle_connections(engine: sa.Engine) -> None:
+    """Check a pooled server connection before use when it sat idle long enough to have been cut.
+
+    Idle connections get cut between multi-minute trials (by the server, a firewall, a restart);
+    SQLAlchemy's `pool_pre_ping` would check every checkout instead, one more round trip on each
+    of the ~40 storage calls of a trial. A failed check discards the connection and takes another.
+    """
+
+    @sa.event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < IDLE_CHECK_S:
+            return
+        try:
+            cursor = dbapi_conn.cursor()
+            try:
+                cursor.execute("SELECT 1")
+            finally:
+                cursor.close()
+            dbapi_conn.rollback()
+        except Exception as exc:  # any driver's "connection is gone"
+            raise sa.exc.DisconnectionError(f"idle connection lost: {exc}") from exc
 
 
 def _cause(exc: BaseException) -> str:
@@ -168,9 +216,10 @@ class SqlStore:
         self._shown = mask_url(url)
         self._create = create
         check_database(url, create=create)
-        self._hostname = hostname if hostname is not None else socket.gethostname()
+        self._hostname = hostname if hostname is not None else host_name()
         self._pid = pid if pid is not None else os.getpid()
         self._engine = make_engine(url)
+        self.attempt_retries = 0  # INSERTs refused because another writer took the attempt number
         try:
             self._open()
         except BaseException:
@@ -280,12 +329,32 @@ class SqlStore:
             pid=self._pid,
         )
         requests = list(request_rows(result.bench))  # encoded before the write lock is taken
+        with self._guard(f"record a trial of study {study!r}"):
+            tries = 0
+            while True:
+                tries += 1
+                try:
+                    return self._insert(row, requests)
+                except sa.exc.IntegrityError as exc:
+                    # Under READ COMMITTED two writers of one configuration count the same rows and
+                    # claim the same attempt; the unique index refuses the second, which counts again.
+                    if (
+                        tries >= RECORD_TRIES
+                        or ATTEMPT_UNIQUE not in str(exc.orig)
+                        and ("tuner_trials.attempt" not in str(exc.orig))
+                    ):
+                        raise
+                    self.attempt_retries += 1
+                    log.debug("attempt of %s taken by another writer; counting again", config_hash[:12])
+                    time.sleep(random.uniform(0.0, 0.002 * tries))
+
+    def _insert(self, row: dict[str, Any], requests: list[dict[str, Any]]) -> int:
         t = trials_table
-        with self._guard(f"record a trial of study {study!r}"), self._engine.begin() as conn:
-            # Counted inside the INSERT itself, so concurrent SQLite writers cannot share a number.
+        with self._engine.begin() as conn:
+            # Counted inside the INSERT itself (one statement: SQLite writers cannot share a number).
             attempt = (
                 sa.select(sa.func.count() + 1)
-                .where(t.c.study == study, t.c.config_hash == config_hash)
+                .where(t.c.study == row["study"], t.c.config_hash == row["config_hash"])
                 .scalar_subquery()
             )
             inserted = conn.execute(sa.insert(t).values(**row, attempt=attempt))

@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
 from tuner.sglang.process import pid_alive
-from tuner.study.storage import ask_lock
+from tuner.study.storage import WorkerLock, ask_lock
 
 POLL_S = 0.2
 CLAIM = "cfg_hash"  # the user attribute naming a trial's launch key
@@ -31,7 +30,7 @@ def claim_launch(
     trial: optuna.Trial,
     key: str,
     *,
-    lock: Path,
+    lock: WorkerLock,
     stop: Callable[[], bool],
     sleep: Callable[[float], object],
 ) -> int | None:

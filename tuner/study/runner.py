@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 import warnings
@@ -30,7 +29,7 @@ from tuner.interrupts import INTERRUPTS
 from tuner.objectives import is_feasible
 from tuner.search.evidence import Evidence
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
-from tuner.sglang.process import pid_alive
+from tuner.sglang.process import host_name, pid_alive
 from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
 from tuner.space.sampling import sampler_params
 from tuner.store.health import StoreWatch
@@ -42,7 +41,7 @@ from tuner.study.claims import claim_launch
 from tuner.study.durable import finish_recorded, store_guard
 from tuner.study.events import Hooks, RunSummary, TrialEvent
 from tuner.study.learn import NOT_LAUNCHED, policy_for, sampler_seed, study_evidence
-from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, make_sampler, open_study
+from tuner.study.storage import Heartbeat, ask_lock, make_sampler, open_study, record_heartbeat, worker_lock
 from tuner.study.tell import Teller
 from tuner.study.warm import WarmStart
 from tuner.trial import run_trial
@@ -50,6 +49,7 @@ from tuner.trial import run_trial
 log = logging.getLogger(__name__)
 
 Execute = Callable[..., TrialResult]  # run_trial's signature: (config, ctx, *, label, prepared=None)
+WAIT = "wait"  # _next: the budget is taken by trials running elsewhere; one may yet need a retry
 
 
 class StudyRunner:
@@ -71,8 +71,8 @@ class StudyRunner:
         self.space = space
         self.db_url = db_url
         self.run_dir = Path(space.log_dir)
-        check_database(db_url, create=True)  # reliability: refuse a bad database before touching it
-        self.lock = lock_path(db_url, self.run_dir)
+        check_database(db_url, create=True)  # refuse a bad database before touching it
+        self.lock = worker_lock(db_url, self.run_dir, study_name or space.study_name)
         with ask_lock(self.lock):  # first creation of the tables must not race another worker
             self.store = SqlStore(db_url)
             self.study = open_study(space, db_url, study_name)
@@ -85,7 +85,7 @@ class StudyRunner:
         self.hooks = hooks or Hooks()
         self.stop_requested = threading.Event()
         self.progress = progress
-        self.host = socket.gethostname()
+        self.host = host_name()
         self.teller = Teller(self.study, self.store, space, self.run_dir)
         self.warm = warm_start
         self.warm_evidence: list[Evidence] = warm_start.evidence(space) if warm_start else []
@@ -133,7 +133,7 @@ class StudyRunner:
 
     def _retry(self, trial: FrozenTrial, *, reason: str) -> None:
         retries = int(trial.user_attrs.get("retries", 0))
-        if retries >= MAX_RETRIES and reason != "interrupted":
+        if retries >= self.space.workers.retries and reason != "interrupted":
             log.warning("trial %d (%s) already retried; not retrying again", trial.number, reason)
             return
         self.study.enqueue_trial(
@@ -157,7 +157,7 @@ class StudyRunner:
             self.hooks = hooks
         started = time.monotonic()
         ran = idle = 0
-        interrupted = False
+        interrupted = waited = False
         exhausted: str | None = None
         with store_guard(self.store, self.watch), trial_session(self.space, progress=self.progress) as ctx:
             self._prepare(ctx)
@@ -173,6 +173,12 @@ class StudyRunner:
                 job = self._next()
                 if job is None:
                     break
+                if isinstance(job, str):  # WAIT: leave only once those trials are told (or reaped)
+                    if not waited:
+                        log.info("the rest of the budget is running on other workers: waiting for it")
+                    waited = True
+                    self.stop_requested.wait(min(self.space.workers.heartbeat_s, 10.0))
+                    continue
                 if isinstance(job, finalists.FinalistJob):
                     outcome, launched = self._run_finalist(job, ctx), True
                 else:
@@ -202,14 +208,16 @@ class StudyRunner:
             exhausted=exhausted,
         )
 
-    def _next(self) -> optuna.Trial | finalists.FinalistJob | None:
+    def _next(self) -> optuna.Trial | finalists.FinalistJob | str | None:
         self._ask_started = time.monotonic()
         with INTERRUPTS.deferred(), ask_lock(self.lock):
             self._reap_dead_workers()
             done, running = self._counts()
             if self.budget is not None:
-                if done + running >= self.budget:
+                if done >= self.budget:
                     return None
+                if done + running >= self.budget:
+                    return WAIT
                 job = self._finalist_job(done, running)
                 if job is not None:
                     return job
@@ -221,6 +229,7 @@ class StudyRunner:
                 warnings.simplefilter("ignore", UserWarning)
                 trial = self.study.ask()
             trial.set_user_attr("state", "running")  # first attribute: optuna-dashboard lists it first
+            record_heartbeat(self.study, trial)  # stale from now on if this worker dies
             trial.set_user_attr("host", self.host)
             trial.set_user_attr("pid", os.getpid())
             if self.hooks.on_start is not None:

@@ -1,10 +1,18 @@
-"""Optuna's side of a study: storage on the tuner's database, the sampler, heartbeats, the worker lock."""
+"""Optuna's side of a study: storage on the tuner's database, the sampler, heartbeats, the worker lock.
+
+The worker lock serialises table creation and count + ask between the workers of a study: a
+lock file beside a SQLite file (every worker of that file is on its host), a PostgreSQL
+advisory lock on a server (workers on any node); another server keeps a lock file in the run
+directory, which holds the budget on one host only.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import importlib.util
+import logging
+import math
 import threading
 import warnings
 from collections.abc import Iterator
@@ -12,29 +20,35 @@ from pathlib import Path
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from sqlalchemy.engine import make_url
 
 from tuner.errors import ConfigError, StoreError
 from tuner.space.loader import SearchSpace
-from tuner.space.sections import Objective
-from tuner.store.sql import optuna_storage_kwargs
+from tuner.space.sections import Objective, WorkerSettings
+from tuner.store.lock import AdvisoryLock, supports_advisory_lock
+from tuner.store.sql import mask_url, optuna_storage_kwargs, ping_idle_connections
 from tuner.study.resume import remember_space
 
-HEARTBEAT_INTERVAL_S = 60
-HEARTBEAT_GRACE_S = 900
-MAX_RETRIES = 1
+log = logging.getLogger(__name__)
+
+WorkerLock = Path | AdvisoryLock  # a lock file, or a lock in the database
 
 
-def make_storage(url: str) -> RDBStorage:
-    """Optuna's RDB storage on the tuner's database, with heartbeats and one retry of stale trials."""
+def make_storage(url: str, workers: WorkerSettings | None = None) -> RDBStorage:
+    """Optuna's RDB storage on the tuner's database: heartbeats, and retries of trials gone stale."""
+    workers = workers or WorkerSettings()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RDBStorage(
+        storage = RDBStorage(
             url,
             engine_kwargs=optuna_storage_kwargs(url),
-            heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=HEARTBEAT_GRACE_S,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
+            heartbeat_interval=max(1, math.ceil(workers.heartbeat_s)),  # Optuna takes whole seconds
+            grace_period=max(2, math.ceil(workers.grace_s)),
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=workers.retries),
         )
+    if make_url(url).get_backend_name() != "sqlite":
+        ping_idle_connections(storage.engine)
+    return storage
 
 
 def make_sampler(space: SearchSpace, *, seed: int | None = None) -> optuna.samplers.BaseSampler:
@@ -69,7 +83,7 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
     """Create or resume the space's study (directions and metric names from its objectives)."""
     name = study_name or space.study_name
     objectives = objectives_of(space)
-    storage = make_storage(url)
+    storage = make_storage(url, space.workers)
     study = optuna.create_study(
         study_name=name,
         storage=storage,
@@ -107,10 +121,20 @@ def objectives_of(space: SearchSpace) -> tuple[Objective, ...]:
     return tuple(Objective(metric=o.metric, direction=o.direction) for o in space.objectives)
 
 
+def worker_lock(db_url: str, run_dir: Path, study_name: str) -> WorkerLock:
+    """The lock of `study_name` that every worker of it shares: in the database on PostgreSQL."""
+    if supports_advisory_lock(db_url):
+        return AdvisoryLock(db_url, study_name)
+    path = lock_path(db_url, run_dir)
+    if not path.name.endswith(".tuner-lock"):
+        log.warning(
+            "%s has no lock shared across hosts: the budget holds among one host's workers", mask_url(db_url)
+        )
+    return path
+
+
 def lock_path(db_url: str, run_dir: Path) -> Path:
     """Beside a SQLite file (every worker of that file sees it), else in the run directory."""
-    from sqlalchemy.engine import make_url
-
     url = make_url(db_url)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         db = Path(url.database)
@@ -121,8 +145,13 @@ def lock_path(db_url: str, run_dir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def ask_lock(path: Path) -> Iterator[None]:
-    """Serialise table creation and count + ask between workers on this host."""
+def ask_lock(lock: WorkerLock) -> Iterator[None]:
+    """Serialise table creation and count + ask between the workers of a study."""
+    if isinstance(lock, AdvisoryLock):
+        with lock.hold():
+            yield
+        return
+    path = lock
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fh = path.open("a")
@@ -136,12 +165,19 @@ def ask_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def record_heartbeat(study: optuna.Study, trial: optuna.Trial) -> None:
+    """One heartbeat of a running trial (a RUNNING trial that never beat is never found stale)."""
+    study._storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]
+
+
 class Heartbeat:
     """Record the trial's heartbeat while it runs (ask/tell has no built-in heartbeat thread)."""
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
         self._storage = study._storage
         self._trial_id = trial._trial_id
+        interval = self._storage.get_heartbeat_interval()  # type: ignore[attr-defined]
+        self._interval_s = float(interval or WorkerSettings().heartbeat_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True, name="heartbeat")
 
@@ -149,7 +185,7 @@ class Heartbeat:
         while True:
             with contextlib.suppress(Exception):
                 self._storage.record_heartbeat(self._trial_id)  # type: ignore[attr-defined]
-            if self._stop.wait(HEARTBEAT_INTERVAL_S):
+            if self._stop.wait(self._interval_s):
                 return
 
     def __enter__(self) -> Heartbeat:
