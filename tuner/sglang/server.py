@@ -268,7 +268,14 @@ class ServerProcess:
         return self.classify(Phase.LAUNCH)
 
     def classify(self, phase: Phase) -> Failure:
-        """The failure the log and exit status show, for the given phase."""
+        """The failure the log and exit status show, for the given phase.
+
+        A dead server's last lines (its traceback: the evidence) can still be in the pipe when its
+        exit is seen; they are read to the end first, or the blame would go to a kill from outside.
+        """
+        group = self._group
+        if group is not None and not group.alive():
+            group.drain_output(3.0)  # returns at the pipe's end, at once when it came already
         verdict = logs.classify_failure(self.lines(), exit_code=self.exit_code(), phase=phase)
         return Failure(
             outcome=verdict.outcome,

@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 
 from tuner.errors import ConfigError
 from tuner.space.loader import SearchSpace
+from tuner.store.codec import scrub, secret_values
 
 SPACE_TEXT = "space_text"
 SPACE_PATH = "space_path"
@@ -92,7 +93,7 @@ def remember_space(study: optuna.Study, space: SearchSpace) -> None:
     path = Path(space.path)
     if not path.is_file():
         return  # a space built in code: nothing to store or compare
-    text = path.read_text()
+    text = _redacted(path.read_text(), space)
     stored = study.user_attrs.get(SPACE_TEXT)
     if not isinstance(stored, str):
         study.set_user_attr(SPACE_TEXT, text)
@@ -107,6 +108,12 @@ def remember_space(study: optuna.Study, space: SearchSpace) -> None:
             f"{path}: changed since study {study.study_name!r} began ({shown}); expected the same "
             f"search: restore the file, or bump `version:` (now {space.version!r}) to start a new study"
         )
+
+
+def _redacted(text: str, space: SearchSpace) -> str:
+    """The space file as stored: values of secret-looking fixed flags and env vars replaced by ***."""
+    argv = [part for name, value in space.fixed_flags for part in (f"--{name}", str(value))]
+    return scrub(text, secret_values(argv, space.env))
 
 
 def stored_studies(storage: optuna.storages.BaseStorage) -> list[StoredStudy]:
