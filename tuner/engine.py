@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tuner.errors import ConfigError
 from tuner.gpu.sampler import FileGpuProbe, GpuProbe, NvmlProbe
+from tuner.gpu.statefile import STATE_ENV
 from tuner.sglang.introspect import detect_sglang_version, option_table_for
 from tuner.sglang.options import OptionTable
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SIM_STATE_ENV = "TUNER_SIM_STATE_DIR"
+SIM_STATE_ENV = STATE_ENV  # the state directory handed to the simulator (tuner.gpu.statefile)
 DEFAULT_SIM_VERSION = "0.5.9"
 
 

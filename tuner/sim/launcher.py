@@ -11,6 +11,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -114,7 +115,7 @@ def _run(
 ) -> int:
     state_dir = statefiles.state_dir()
     if state_dir:
-        statefiles.write_gpus(state_dir, scenario)
+        statefiles.publish_gpus(state_dir, scenario)
     if at_least(launch.version, "0.5.10") and launch.enable_nan_detection:
         log.warning(
             "--enable-nan-detection is deprecated. "
@@ -183,9 +184,8 @@ async def _serve(
     conn: Connection,
     facts: dict[str, Any],
 ) -> int:
-    loop = asyncio.get_running_loop()
+    """Serve until SIGINT (stop now) or SIGTERM (drain, then stop); the exit code."""
     stop = asyncio.Event()
-    exit_code = {"code": 0}
 
     def send(message: tuple[Any, ...]) -> None:
         with contextlib.suppress(BrokenPipeError, OSError):
@@ -199,36 +199,66 @@ async def _serve(
         on_crash=lambda text: send(("crash", text)),
         on_peak=lambda mib: send(("peak", mib)),
         crash_after_requests=sim.inject.crash_after_requests,
+        real_memory=sim.gpu_backed,
     )
+    avail_mib = facts.get("avail_mib", plan.free_mib)
     logging.getLogger("tuner.sim.engine").info(
-        logfmt.kv_summary(
-            launch,
-            plan.kv_tokens,
-            engine.max_running,
-            scenario.model.context_len,
-            facts.get("avail_mib", plan.free_mib),
-        )
+        logfmt.kv_summary(launch, plan.kv_tokens, engine.max_running, scenario.model.context_len, avail_mib)
     )
     state = ServerState(
         scenario=scenario, launch=launch, plan=plan, engine=engine, argv=("python", "-m", "tuner.sim", *argv)
     )
+    _handle_signals(state, stop, child, ignore_sigterm=sim.inject.ignore_sigterm)
+    engine_task = asyncio.create_task(engine.run())
+    runner = await _listen(state, child)
+    watch = asyncio.create_task(_watch_child(state, child))
+    if sim.inject.crash_after_ready_s is not None:
+        _crash_later(engine, send, sim.inject.crash_after_ready_s)
+    if not launch.skip_server_warmup:
+        await _warmup(engine)
+    if state.status == "Starting":
+        state.status = "Up"
+        log.info(logfmt.READY)
+    await stop.wait()
+    if state.status == "Draining":
+        send(("exit",))
+        await _join(child, 15.0)
+        if not at_least(launch.version, "0.5.20"):
+            _kill_tree_and_self(None)  # 0.5.9's shutdown ends with SIGKILL of the launcher itself
+    elif child.pid and child.is_alive():  # SIGINT: stop now; the children are killed, not asked
+        os.kill(child.pid, signal.SIGKILL)
+    watch.cancel()
+    engine.kill()
+    await asyncio.gather(engine_task, return_exceptions=True)
+    await runner.cleanup()
+    return 0
+
+
+def _handle_signals(
+    state: ServerState, stop: asyncio.Event, child: BaseProcess, *, ignore_sigterm: bool
+) -> None:
+    """SIGQUIT kills the tree; SIGTERM drains; SIGINT stops now (unless told to ignore both)."""
+    loop = asyncio.get_running_loop()
 
     def on_sigquit() -> None:
         log.error(logfmt.sigquit_running())
         _kill_tree_and_self(child)
 
     loop.add_signal_handler(signal.SIGQUIT, on_sigquit)
-    if not sim.inject.ignore_sigterm:
-        loop.add_signal_handler(signal.SIGTERM, lambda: _start_drain(state, stop))
+    if ignore_sigterm:
+        return
+    loop.add_signal_handler(signal.SIGTERM, lambda: _start_drain(state, stop))
 
-        def on_sigint() -> None:
-            exit_code.update(code=0)
-            state.status = "Stopping"
-            stop.set()
+    def on_sigint() -> None:
+        state.status = "Stopping"
+        stop.set()
 
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
 
-    engine_task = asyncio.create_task(engine.run())
+
+async def _listen(state: ServerState, child: BaseProcess) -> web.AppRunner:
+    """Bind the HTTP port (a taken port ends the tree, as uvicorn's exit does)."""
+    launch = state.launch
     runner = web.AppRunner(make_app(state), access_log=None, handle_signals=False)
     await runner.setup()
     try:
@@ -240,45 +270,32 @@ async def _serve(
         )
         _kill_tree_and_self(child)
     log.info(logfmt.uvicorn_running(launch.host, launch.port), extra={"bare": True})
-    watch = asyncio.create_task(_watch_child(state, child))
-    if sim.inject.crash_after_ready_s is not None:
+    return runner
 
-        def crash() -> None:
-            if not engine.dead:
-                error = (
-                    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
-                    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
-                )
-                send(("crash", logfmt.scheduler_exception("forward", error)))
 
-        loop.call_later(sim.inject.crash_after_ready_s, crash)
-    if not launch.skip_server_warmup:
-        req = Request(
-            prompt_tokens=4,
-            answer=answer(
-                "The capital city of France is", max_tokens=8, ignore_eos=False, temperature=0, request_seed=0
-            ),
-        )
-        engine.submit(req)
-        while (item := await req.queue.get()) is not None and isinstance(item, tuple):
-            pass
-    if state.status == "Starting":
-        state.status = "Up"
-        log.info(logfmt.READY)
-    await stop.wait()
-    if state.status == "Draining":
-        send(("exit",))
-        await _join(child, 15.0)
-        if not at_least(launch.version, "0.5.20"):
-            _kill_tree_and_self(None)  # 0.5.9's shutdown ends with SIGKILL of the launcher itself
-    else:  # SIGINT: stop now; the children are killed, not asked
-        if child.pid and child.is_alive():
-            os.kill(child.pid, signal.SIGKILL)
-    watch.cancel()
-    engine.kill()
-    await asyncio.gather(engine_task, return_exceptions=True)
-    await runner.cleanup()
-    return exit_code["code"]
+def _crash_later(engine: Engine, send: Callable[[tuple[Any, ...]], None], after_s: float) -> None:
+    def crash() -> None:
+        if not engine.dead:
+            error = (
+                "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+            )
+            send(("crash", logfmt.scheduler_exception("forward", error)))
+
+    asyncio.get_running_loop().call_later(after_s, crash)
+
+
+async def _warmup(engine: Engine) -> None:
+    """The server's own warmup request, before it reports ready."""
+    req = Request(
+        prompt_tokens=4,
+        answer=answer(
+            "The capital city of France is", max_tokens=8, ignore_eos=False, temperature=0, request_seed=0
+        ),
+    )
+    engine.submit(req)
+    while (item := await req.queue.get()) is not None and isinstance(item, tuple):
+        pass
 
 
 def _start_drain(state: ServerState, stop: asyncio.Event) -> None:
