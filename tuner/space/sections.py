@@ -172,6 +172,7 @@ class Budget(Settings):
 
     n_trials: int | None = Field(default=None, ge=1)
     timeout_s: Duration | None = Field(default=None, validation_alias="timeout")
+    parallel: int = Field(default=1, ge=1)  # trials at once on one node, on disjoint GPU sets
 
 
 class SamplerSpec(Settings):

@@ -202,6 +202,7 @@ class StudyRunner:
                 trial = self.study.ask()
             trial.set_user_attr("host", self.host)
             trial.set_user_attr("pid", os.getpid())
+            trial.set_user_attr("gpus", list(self.space.gpus))  # `status` shows where it runs
             if self.hooks.on_start is not None:
                 self.hooks.on_start(trial.number, done)
             return trial
