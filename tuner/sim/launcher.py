@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import multiprocessing
 import os
@@ -33,6 +34,7 @@ from tuner.sim.text import answer
 
 log = logging.getLogger(__name__)
 SCHEDULER_LOGGERS = ("tuner.sim.child", "tuner.sim.engine")
+REAL_GPU_LIMIT = 64  # GPU-backed: CUDA_VISIBLE_DEVICES may name any real device below this index
 
 
 class _Formatter(logging.Formatter):
@@ -77,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except simargs.SimFlagError as exc:
         simargs.sim_flag_error(version, str(exc))
         return 2
+    if sim.gpu_backed and importlib.util.find_spec("torch") is None:
+        sys.stderr.write(
+            "tuner.sim: error: --sim-gpu-backed needs torch (pip install 'sglang-tuner[gpu-sim]')\n"
+        )
+        return 2
     try:
         table = builtin_table(sim.sglang_version)
         scenario = load_scenario(sim.scenario)
@@ -89,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(warning + "\n")
     given = simargs.parse_sglang_argv(table, rest)  # exits 2 like SGLang
     try:
-        launch = resolve_launch(scenario, sim.sglang_version, given, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        # GPU-backed: the real card's devices, not the scenario's count, bound CUDA_VISIBLE_DEVICES
+        gpu_count = REAL_GPU_LIMIT if sim.gpu_backed else None
+        launch = resolve_launch(
+            scenario, sim.sglang_version, given, os.environ.get("CUDA_VISIBLE_DEVICES"), gpu_count=gpu_count
+        )
     except (ValueError, TypeError) as exc:
         sys.stderr.write(f"tuner.sim: error: {exc}\n")
         return 2
@@ -113,7 +124,8 @@ def _run(
     seed: int,
     argv: list[str],
 ) -> int:
-    state_dir = statefiles.state_dir()
+    # GPU-backed: NVML sees the real memory; no state files for the GPUs really used
+    state_dir = None if sim.gpu_backed else statefiles.state_dir()
     if state_dir:
         statefiles.publish_gpus(state_dir, scenario)
     if at_least(launch.version, "0.5.10") and launch.enable_nan_detection:
@@ -142,6 +154,7 @@ def _run(
         inject=sim.inject,
         state_dir=state_dir,
         parent_pid=os.getpid(),
+        gpu_backed=sim.gpu_backed,
     )
     ctx = multiprocessing.get_context("fork")
     parent_conn, child_conn = ctx.Pipe()

@@ -39,7 +39,7 @@ def _release(value: object) -> object:
 class EngineSpec(Settings):
     """What serves a trial: real SGLang or the simulator, started with the same flags."""
 
-    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version")
+    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version", "gpu_backed")
 
     kind: Literal["sglang", "sim"]
     python: str = Field(default=sys.executable, min_length=1)
@@ -50,6 +50,8 @@ class EngineSpec(Settings):
         pattern=f"^(?:{VERSION_PATTERN})$",
         json_schema_extra={"expected": "a release such as 0.5.9"},
     )
+    # sim only: hold real GPU memory for the model (torch) and read it through NVML
+    gpu_backed: bool = False
 
     @property
     def module(self) -> str:
