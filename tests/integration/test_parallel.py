@@ -9,6 +9,7 @@ first four trials run, then resumed to the end of its budget.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,15 +78,18 @@ def test_parallel_four_tp2_trials_on_eight_gpus_stop_and_resume(tmp_path: Path) 
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     assert proc.stdout is not None
     seen: list[str] = []
-    ready: set[str] = set()
-    deadline = time.monotonic() + 60
-    for line in proc.stdout:  # stop once all four workers have a server up
+    serving: set[str] = set()  # workers whose server is ready and whose trial has not ended
+    deadline = time.monotonic() + 150  # generous: a loaded 2-core machine starts five Pythons slowly
+    for line in proc.stdout:  # stop once all four workers have a server up at the same time
         seen.append(line)
+        worker = line.split("]")[0]
         if ": launch ready" in line:
-            ready.add(line.split("]")[0])
-        if len(ready) == 4 or time.monotonic() > deadline:
+            serving.add(worker)
+        elif re.search(r"\] trial \d+: (?!render|wait_gpus|launch|gate|bench|teardown)", line):
+            serving.discard(worker)  # the trial ended (its outcome line)
+        if len(serving) == 4 or time.monotonic() > deadline:
             break
-    assert len(ready) == 4, "".join(seen)
+    assert len(serving) == 4, "".join(seen)
     os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, "".join(seen) + out
