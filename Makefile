@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint venv clean
+.PHONY: demo test chaos lint venv clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,10 @@ lint: venv
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# The chaos suite at full size (tests/chaos: 20 + 10 kills, 20 signals, workers, broken machines), ~3-4 min.
+chaos: venv
+	TUNER_CHAOS=full $(BIN)/python -m pytest -q -s -m chaos tests/chaos
 
 clean:
 	rm -rf $(VENV) experiments.db runs

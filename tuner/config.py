@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 FlagValue: TypeAlias = bool | int | float | str | tuple[int, ...] | tuple[str, ...]
 
+MAX_GPU_INDEX = 1023  # a GPU index above this is a typo, not a machine (CUDA_VISIBLE_DEVICES, NVML)
+
 
 class Phase(str, Enum):
     """Where in a trial something happened."""
@@ -212,6 +214,7 @@ class TrialResult:
     started_at: datetime
     finished_at: datetime
     timings: StageTimings = field(default_factory=StageTimings)
+    warnings: tuple[str, ...] = ()  # kept but noisy: e.g. the benchmark client starved by other processes
 
     @property
     def ok(self) -> bool:

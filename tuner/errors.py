@@ -9,7 +9,9 @@
     │   ├── GpuBusyError             the GPUs hold memory of processes that are not ours
     │   └── ReleaseTimeoutError      a stopped server's processes or memory did not go away
     ├── BenchmarkError               the benchmark stage could not run (not a slow server)
+    ├── InfrastructureError          infrastructure faults in a row: the run stops (exit 3), resumable
     ├── StoreError                   the experiments database cannot be opened or written
+    │   └── StoreLostError           the database vanished, was replaced or stopped taking writes mid-run
     ├── ReportError                  a study cannot be summarised (unknown, empty, contradictory)
     └── GpuError                     NVML is missing or failed
 
@@ -60,8 +62,18 @@ class BenchmarkError(TunerError):
     """The benchmark stage could not run at all."""
 
 
+class InfrastructureError(TunerError):
+    """Trials keep failing for reasons outside the configuration: the run stops instead of spinning."""
+
+    exit_code = 3
+
+
 class StoreError(TunerError):
     """The experiments database cannot be opened or written."""
+
+
+class StoreLostError(StoreError):
+    """The database the study writes to vanished, was replaced or stopped taking writes."""
 
 
 class ReportError(TunerError):

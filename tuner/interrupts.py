@@ -1,10 +1,16 @@
-"""Ctrl-C and SIGTERM: interrupt trial work at once, but never in the middle of bookkeeping.
+"""Ctrl-C and SIGTERM: the handler records the request; the work stops at safe points.
 
-The handler raises KeyboardInterrupt, except inside `deferred()` blocks (writing
-a result to the store and to Optuna), where it only remembers the request and
-raises as the block ends, so a trial is either fully recorded or not at all.
-A second signal while deferred still waits for the block: bookkeeping takes
-milliseconds.
+The handler does nothing but remember the signal (no exception, no lock, no I/O):
+an exception raised inside a signal handler lands wherever the main thread
+happens to be, and an event loop or a weakref callback may swallow it. The code
+asks instead, at points where stopping is safe:
+
+- `check()` raises `Interrupted` (a KeyboardInterrupt) when a stop was asked; the
+  trial calls it between its phases and while it waits for a server;
+- `requested` is polled by the gate and the benchmark (they cancel their asyncio
+  tasks) and by the study loop before it asks for the next trial;
+- inside `deferred()` blocks (writing a result to the store and to Optuna)
+  `check()` does nothing, so a trial is either fully recorded or not at all.
 """
 
 from __future__ import annotations
@@ -12,8 +18,15 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
+
+POLL_S = 0.05  # how often a bounded wait looks at the request
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised at a safe point after SIGINT or SIGTERM."""
 
 
 class Interrupts:
@@ -21,15 +34,53 @@ class Interrupts:
 
     def __init__(self) -> None:
         self._depth = 0
-        self.pending = False
+        self.signum: int | None = None
         self.count = 0
 
     def handler(self, signum: int, frame: FrameType | None) -> None:
+        """Record the request: nothing else may happen inside a signal handler."""
         self.count += 1
-        if self._depth:
-            self.pending = True
-            return
-        raise KeyboardInterrupt
+        self.signum = signum
+
+    @property
+    def requested(self) -> bool:
+        """A stop was asked (and not yet cleared)."""
+        return self.signum is not None
+
+    @property
+    def pending(self) -> bool:
+        """A stop was asked while bookkeeping was running; it is acted on at the next safe point."""
+        return self.requested and self._depth > 0
+
+    def check(self) -> None:
+        """A safe point: raise Interrupted if a stop was asked, unless inside a `deferred()` block."""
+        if self.signum is not None and not self._depth:
+            raise Interrupted(signal.Signals(self.signum).name)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to `seconds`, ending early (Interrupted) when a stop is asked."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.check()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(POLL_S, left))
+
+    def nap(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, returning early (True) when a stop is asked; never raises."""
+        deadline = time.monotonic() + seconds
+        while not self.requested:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(POLL_S, left))
+        return True
+
+    def clear(self) -> None:
+        """Forget a request (tests, and a command that has acted on it)."""
+        self.signum = None
+        self.count = 0
 
     def install(self) -> None:
         """Handle SIGINT and SIGTERM (also when started with SIGINT ignored, as a background job)."""
@@ -39,15 +90,12 @@ class Interrupts:
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
-        """Hold a stop request until the block is done, then raise it."""
+        """Bookkeeping: `check()` does not raise inside the block; a request waits for the next safe point."""
         self._depth += 1
         try:
             yield
         finally:
             self._depth -= 1
-        if not self._depth and self.pending:
-            self.pending = False
-            raise KeyboardInterrupt
 
 
 INTERRUPTS = Interrupts()

@@ -9,6 +9,7 @@ the effective launch (two configurations with one key start the same server).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -22,6 +23,7 @@ from tuner.config import Failure, LaunchSpec, Outcome, Phase, TrialConfig
 from tuner.engine import Engine, engine_for, probe_for
 from tuner.errors import FlagError
 from tuner.gate.checks import GateResult
+from tuner.gate.reference import ReferenceBook
 from tuner.gate.run import gate
 from tuner.gpu.sampler import GpuProbe
 from tuner.sglang.flags import render_flags, validate_flags
@@ -72,8 +74,17 @@ def trial_session(
         killed = live.stop_orphans()
         if killed:
             log.warning("stopped %d process(es) of servers left by a killed run", len(killed))
+        gate_stage: GateStage = gate
+        if space.gate.reference.enabled:  # the study's reference answers travel with its gate stage
+            gate_stage = functools.partial(gate, reference=ReferenceBook(space.gate.reference, run_dir))
         yield TrialContext(
-            space=space, engine=engine, probe=probe, log_dir=run_dir / "logs", progress=progress, live=live
+            space=space,
+            engine=engine,
+            probe=probe,
+            log_dir=run_dir / "logs",
+            progress=progress,
+            live=live,
+            gate=gate_stage,
         )
     finally:
         with contextlib.suppress(Exception):

@@ -33,10 +33,13 @@ from tuner.config import (
 from tuner.errors import GpuBusyError, LaunchError, ReleaseTimeoutError
 from tuner.gate.checks import GateResult, GateVerdict
 from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
+from tuner.interrupts import INTERRUPTS
 from tuner.session import TrialContext, prepare_launch
 from tuner.sglang import logs
 from tuner.sglang.flags import min_gpus
+from tuner.sglang.orphans import LiveServer
 from tuner.sglang.server import ServerProcess
+from tuner.store.codec import redact_argv, scrub, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,7 @@ class _TrialRun:
         self.waits: dict[str, float] = {}
         self.spec: LaunchSpec | None = None
         self.server: ServerProcess | None = None
+        self.live: LiveServer | None = None  # the live record: written before the server exists
         self.facts: ServerFacts | None = None
         self.gate_result: GateResult | None = None
         self.bench_result: BenchResult | None = None
@@ -81,8 +85,11 @@ class _TrialRun:
         self.gpus: tuple[GpuInfo, ...] = ()
         self.baseline: tuple[int, ...] | None = None  # used MiB per GPU before the launch
         self.current = Phase.RENDER
+        self.warnings: list[str] = []
 
     def _phase(self, phase: Phase, detail: str = "") -> None:
+        if phase is not Phase.TEARDOWN:
+            INTERRUPTS.check()  # a safe point: a stop asked meanwhile ends the trial here
         self.current = phase
         if self.ctx.on_phase is not None:
             self.ctx.on_phase(phase, detail)
@@ -97,9 +104,10 @@ class _TrialRun:
     def run(self) -> TrialResult:
         try:
             failure = self._launch_and_measure()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            signame = f" ({exc})" if str(exc) else ""
             failure = Failure(
-                outcome=Outcome.INTERRUPTED, phase=self.current, message="interrupted by the user"
+                outcome=Outcome.INTERRUPTED, phase=self.current, message=f"interrupted by the user{signame}"
             )
             self._teardown(quiet=True)
             return self._result(failure)
@@ -139,21 +147,28 @@ class _TrialRun:
                 indices,
                 policy=cast(BusyPolicy, space.gpu_busy_policy),
                 timeout_s=space.timeouts.release_s,
+                sleep=INTERRUPTS.wait,
             ),
         )
         self.baseline = self._used(indices)
 
         self._phase(Phase.LAUNCH, self.spec.base_url)
-        self.server = ServerProcess(self.spec)
-        self.server.start()
-        if ctx.live is not None and self.server.pid is not None:
-            ctx.live.add(self.server.pid, self.spec.argv, self.spec.port)
+        secrets = secret_values(self.spec.argv, self.spec.env)
+        self.server = ServerProcess(self.spec, scrub=(lambda line: scrub(line, secrets)) if secrets else None)
+        marker: tuple[tuple[str, str], ...] = ()
+        if ctx.live is not None:
+            # intent first: a kill between here and the pid below still leaves a record to find it by
+            self.live = ctx.live.reserve(self.spec.argv, self.spec.port, shown=redact_argv(self.spec.argv))
+            marker = self.live.env
+        self.server.start(extra_env=marker)
+        if ctx.live is not None and self.live is not None and self.server.pid is not None:
+            self.live = ctx.live.started(self.live, self.server.pid)
         server, base_url = self.server, self.spec.base_url
 
         def on_stage(stage: str) -> None:  # load, kv, capture, warmup, ready: shown as launch details
             self._phase(Phase.LAUNCH, f"{stage} {base_url}")
 
-        ready = self._timed("launch", lambda: server.wait_ready(on_stage=on_stage))
+        ready = self._timed("launch", lambda: server.wait_ready(on_stage=on_stage, check=INTERRUPTS.check))
         if isinstance(ready, Failure):
             return ready
         assert isinstance(ready, ServerFacts)
@@ -178,9 +193,11 @@ class _TrialRun:
                 captured_bs=facts.captured_bs,
                 nan_log_lines=lambda: logs.nan_lines(server.lines_since(cursor)),
                 server_died=server.died,
+                stop=lambda: INTERRUPTS.requested,
             ),
         )
         self.gate_result = result
+        INTERRUPTS.check()  # a gate cut short by a stop request says nothing about the configuration
         if server.died.is_set():
             return self._died(Phase.GATE)
         if result.passed:
@@ -203,9 +220,11 @@ class _TrialRun:
                 space.bench,
                 server_died=server.died,
                 progress=self.ctx.progress,
+                stop=lambda: INTERRUPTS.requested,
             ),
         )
         self.bench_result = result
+        INTERRUPTS.check()
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
         metrics = result.objective_metrics
@@ -222,6 +241,15 @@ class _TrialRun:
                     "the benchmark client, not the server, may have been the bottleneck (client CPU "
                     f"{100 * result.client_cpu_share:.0f}%, event-loop lag p99 {lag}): not trusted"
                 ),
+            )
+        if result.starved:
+            lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
+            share = result.run_queue_wait_share
+            wait = "-" if share is None else f"{100 * share:.0f}%"
+            cpu = f"{100 * result.client_cpu_share:.0f}%"
+            self.warnings.append(
+                f"noisy: other processes kept the benchmark client off the CPU (event-loop lag p99 {lag}, "
+                f"run-queue wait {wait} of its runnable time, client CPU {cpu})"
             )
         return None
 
@@ -253,8 +281,8 @@ class _TrialRun:
         server = self.server
         pids = server.our_pids()
         self._timed("teardown", server.stop)
-        if self.ctx.live is not None and server.pid is not None:
-            self.ctx.live.remove(server.pid)
+        if self.ctx.live is not None and self.live is not None:
+            self.ctx.live.remove(self.live)  # only once the server is gone
         indices = self._gpu_indices()
         try:
             self._timed(
@@ -306,4 +334,5 @@ class _TrialRun:
             started_at=self.started_at,
             finished_at=datetime.now(timezone.utc),
             timings=timings,
+            warnings=tuple(self.warnings),
         )

@@ -135,3 +135,35 @@ def test_export_errors_are_one_line(profile_study: ProfileStudy, args: tuple[str
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in done.stderr
+
+
+def test_export_for_another_release_renders_its_spellings(
+    profile_study: ProfileStudy, tmp_path: Path
+) -> None:
+    script = tmp_path / "launch-0.5.23.sh"
+    done = profile_study.tuner(
+        "export",
+        "--db",
+        str(profile_study.db),
+        "--best",
+        "--sglang-version",
+        "0.5.23",
+        "--engine",
+        "sim",
+        "-o",
+        str(script),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "re-rendered for SGLang 0.5.23" in done.stderr
+    text = script.read_text()
+    assert "--sim-sglang-version 0.5.23" in text and '--port "${PORT:-30000}"' in text
+    _, flags = split_launcher(
+        tuple(text.split("exec ", 1)[1].replace("\\\n", " ").split()), builtin_table("0.5.23")
+    )
+    assert "--disable-cuda-graph" not in flags and "--cuda-graph-max-bs" not in flags
+    real = profile_study.tuner(
+        "export", "--db", str(profile_study.db), "--best", "--sglang-version", "0.5.23", "--format", "json"
+    )
+    data = json.loads(real.stdout)
+    assert data["sglang_version"] == "0.5.23" and data["argv"][:3] == ["python", "-m", "sglang.launch_server"]
+    assert data["port"] == 30000 and "TUNER_SIM_STATE_DIR" not in data["env"]

@@ -160,6 +160,10 @@ def test_decode_backend_speed_shows_in_measured_throughput_as_the_oracle_says(
         measured[backend] = sum(counts) / seconds
         launch = launch_from_argv(scenario, "0.5.9", flags)
         predicted[backend] = predict(scenario, launch, work).output_tok_s
+    # The server paces its steps by the wall clock: a busy machine can only slow it, never speed it up,
+    # and slows both runs alike, so the speeds are checked as a ratio and as an upper bound.
     for backend in measured:
-        assert measured[backend] == pytest.approx(predicted[backend], rel=0.05)
-    assert measured["trtllm"] > 2 * measured["tilelang"]
+        assert measured[backend] <= predicted[backend] * 1.05
+    ratio = measured["trtllm"] / measured["tilelang"]
+    assert ratio == pytest.approx(predicted["trtllm"] / predicted["tilelang"], rel=0.15)
+    assert ratio > 2

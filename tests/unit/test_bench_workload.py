@@ -10,8 +10,8 @@ import pytest
 
 from tuner.bench.client import build_payload
 from tuner.bench.load import arrival_offsets_s
-from tuner.bench.selfcheck import judge
-from tuner.bench.settings import Api, Workload, WorkloadKind
+from tuner.bench.selfcheck import Judgement, judge, read_schedstat
+from tuner.bench.settings import Api, SelfCheckSettings, Workload, WorkloadKind
 from tuner.bench.workload import build_requests, parse_jsonl, parse_sharegpt, random_lengths, warmup_specs
 from tuner.errors import BenchmarkError
 
@@ -166,12 +166,41 @@ def test_arrival_offsets_poisson_and_gamma() -> None:
         arrival_offsets_s(5, 0.0)
 
 
+LIMITS = SelfCheckSettings()
+
+
 def test_client_bound_judgement() -> None:
-    assert not judge(0.5, 1.0)
-    assert judge(0.71, 1.0)
-    assert judge(0.2, 5.1)
-    assert not judge(0.2, None)
-    assert not judge(1.2, 1.0, cores=2)
+    def verdict(cpu: float, lag: float | None, **kw: object) -> Judgement:
+        return judge(cpu, lag, limits=LIMITS, **{"samples": 100, **kw})  # type: ignore[arg-type]
+
+    assert verdict(0.5, 1.0) is Judgement.TRUSTED
+    assert verdict(0.71, 1.0) is Judgement.CLIENT_BOUND  # the client's CPU near a core
+    assert verdict(0.5, 5.1, wait_share=0.01) is Judgement.CLIENT_BOUND  # lagging, never waiting for a CPU
+    assert verdict(0.2, None) is Judgement.TRUSTED
+    assert verdict(1.2, 1.0, cores=2) is Judgement.TRUSTED
     # a stage shorter than ~0.5 s of lag samples is too short to judge
-    assert not judge(0.9, 9.0, samples=10)
-    assert judge(0.9, 9.0, samples=50)
+    assert verdict(0.9, 9.0, samples=10) is Judgement.TRUSTED
+    assert verdict(0.9, 9.0, samples=50) is Judgement.CLIENT_BOUND
+
+
+def test_starvation_by_other_processes_is_not_a_client_bottleneck() -> None:
+    def verdict(cpu: float, lag: float | None, **kw: object) -> Judgement:
+        return judge(cpu, lag, limits=LIMITS, **{"samples": 100, **kw})  # type: ignore[arg-type]
+
+    # a busy machine: 2% CPU, lag p99 40 ms, the loop's thread waited for a CPU 60% of its runnable time
+    assert verdict(0.02, 40.0, wait_share=0.6) is Judgement.STARVED
+    # without schedstat: lagging with the CPU share far from a core is starvation too
+    assert verdict(0.02, 40.0) is Judgement.STARVED
+    assert verdict(0.5, 40.0) is Judgement.CLIENT_BOUND
+    # thresholds come from the space's bench.self_check section
+    strict = SelfCheckSettings(starved_wait_share=0.9, loop_lag_p99_s=0.1)
+    assert judge(0.02, 40.0, wait_share=0.6, samples=100, limits=strict) is Judgement.TRUSTED
+    assert judge(0.02, 140.0, wait_share=0.6, samples=100, limits=strict) is Judgement.CLIENT_BOUND
+
+
+def test_schedstat_of_this_thread_is_read_where_linux_reports_it() -> None:
+    import threading
+
+    found = read_schedstat(threading.get_native_id())
+    assert found is None or (found[0] > 0 and found[1] >= 0)
+    assert read_schedstat(-1) is None

@@ -133,7 +133,7 @@ def test_no_format_leaks_a_secret_even_if_the_store_had_not_redacted_it() -> Non
 def test_shell_script_quotes_values_and_lets_host_and_port_be_overridden() -> None:
     script = render_sh(secret_profile(), TABLE)
     assert "--model-path '/models/my model'\"'\"'s dir'" in script
-    assert '--port "${PORT:-41000}"' in script and '--host "${HOST:-127.0.0.1}"' in script
+    assert '--port "${PORT:-30000}"' in script and '--host "${HOST:-127.0.0.1}"' in script
     assert "\nexec /venv/bin/python -m tuner.sim --sim-scenario tiny-fast" in script
     assert script.startswith("#!/usr/bin/env bash\n# SGLang launch profile: study s-v1, trial 0")
     bash = shutil.which("bash")

@@ -112,10 +112,15 @@ def test_the_parser_stores_each_knob_where_the_release_reads_it(version: str) ->
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_graphs_off_is_disable_cuda_graph_alone(version: str) -> None:
+def test_graphs_off_is_one_switch_in_the_release_s_current_spelling(version: str) -> None:
     argv = render(version, make_config(cuda_graph=CudaGraph(enabled=False, max_bs=8)))
-    assert "--disable-cuda-graph" in argv
+    if builtin_table(version).find("--disable-cuda-graph").kind == "store_true":  # type: ignore[union-attr]
+        assert "--disable-cuda-graph" in argv
+    else:  # deprecated from 0.5.14: the per-phase switches mean the same without a warning
+        assert "--disable-cuda-graph" not in argv
+        assert "--disable-decode-cuda-graph" in argv and "--disable-prefill-cuda-graph" in argv
     assert not any(token.startswith("--cuda-graph-") for token in argv)
+    assert validate_flags(argv, builtin_table(version)) == ()
 
 
 def test_spellings_follow_the_table_not_the_version_number() -> None:

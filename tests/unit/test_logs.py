@@ -469,12 +469,27 @@ def test_generic_crash_reports_the_exception_line_and_exit_code() -> None:
 
 
 def test_teardown_only_and_silent_death() -> None:
-    outcome, message, excerpt = classify(STARTUP_059[:8] + TEARDOWN_0523)
+    outcome, message, excerpt = classify(STARTUP_059[:8] + TEARDOWN_0523, exit_code=None)
     assert outcome is Outcome.CRASHED and "Subprocess scheduler_TP3 (pid=4242) crashed" in message
-    outcome, message, excerpt = classify(STARTUP_059[:8], exit_code=-9)
+    outcome, message, excerpt = classify(STARTUP_059[:8], exit_code=1)
     assert outcome is Outcome.CRASHED
-    assert message.startswith("server exited with code -9") and "no recognised error" in message
+    assert message.startswith("server exited with code 1") and "no recognised error" in message
     assert excerpt.splitlines() == [strip_ansi(line) for line in STARTUP_059[:8]]
+
+
+@pytest.mark.parametrize("exit_code", [-9, -15, 137, 143])
+def test_a_kill_from_outside_without_evidence_is_not_the_configurations_fault(exit_code: int) -> None:
+    outcome, message, excerpt = classify(STARTUP_059[:8], exit_code=exit_code)
+    assert outcome is Outcome.INFRA_ERROR and not outcome.blames_config
+    assert "killed by SIG" in message and "from outside" in message
+    outcome, message, _ = classify(STARTUP_059[:8] + TEARDOWN_0523, exit_code=exit_code)
+    assert outcome is Outcome.INFRA_ERROR and "only teardown lines" in message
+
+
+def test_a_kill_with_evidence_in_the_log_blames_the_evidence() -> None:
+    lines = STARTUP_0523[:10] + tb(oom_line(), prefix="[2026-05-01 10:03:10 DP1 TP3]") + TEARDOWN_0523
+    outcome, _, _ = classify(lines, exit_code=-9)
+    assert outcome is Outcome.OOM
 
 
 def test_first_root_cause_wins_across_ranks() -> None:
@@ -580,3 +595,10 @@ def test_the_last_generic_error_wins_over_an_earlier_one_and_over_teardown() -> 
     verdict = classify_failure(lines, exit_code=-9, phase=Phase.LAUNCH)
     assert verdict.outcome is Outcome.CRASHED
     assert "under load: ValueError: pool memory leak detected!" in verdict.message
+
+
+def test_a_port_taken_under_the_server_is_the_machines_fault() -> None:
+    lines = STARTUP_0523[:10] + tb("OSError: [Errno 98] error while attempting to bind on address "
+                                   "('127.0.0.1', 30000): address already in use")
+    outcome, message, _ = classify(lines, exit_code=1)
+    assert outcome is Outcome.INFRA_ERROR and "port was taken" in message

@@ -16,11 +16,10 @@ from tuner.config import Outcome, Phase
 from tuner.errors import ConfigError
 from tuner.report.frame import StudyData
 from tuner.report.status import running_lines
-from tuner.sglang.flags import gpus_per_launch
 from tuner.sglang.options import builtin_table
 from tuner.space.loader import load_space
 from tuner.study.events import TrialEvent
-from tuner.study.parallel import split_gpus
+from tuner.study.parallel import gpus_per_launch, split_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
 TP2 = ROOT / "tests" / "fixtures" / "spaces" / "tiny-tp2-8gpu-sim.yaml"
@@ -61,13 +60,14 @@ def test_the_space_decides_the_set_size_and_the_node_its_gpus() -> None:
 
 def test_a_worker_is_the_parents_run_on_one_set_with_events_on_stdout() -> None:
     args = argparse.Namespace(
-        space=TP2, trials=8, timeout=90.0, warm_start="old", warm_start_db="sqlite:///o.db", verbose=True
+        space=None, trials=8, timeout=90.0, warm_start="old", warm_start_db="sqlite:///o.db", verbose=True,
+        seed=5, sampler=None,
     )
-    argv = worker_argv(args, db_url="sqlite:///x.db", study="s-v1", gpus=(2, 3))
+    argv = worker_argv(args, space=TP2, db_url="sqlite:///x.db", study="s-v1", gpus=(2, 3))
     text = " ".join(argv[1:])
     assert text.startswith("-m tuner -v run --space ")
     for part in ("--db sqlite:///x.db", "--study s-v1", "--gpus 2,3", "--parallel 1", "--worker-events",
-                 "--trials 8", "--timeout 90s", "--warm-start old", "--warm-start-db sqlite:///o.db"):
+                 "--trials 8", "--timeout 90s", "--seed 5", "--warm-start old", "--warm-start-db sqlite:///o.db"):
         assert part in text
 
 

@@ -16,7 +16,7 @@ import pytest
 from test_store_contract import make_bench, make_launch, make_result, record
 
 from tuner.config import Failure, Outcome, Phase, TrialConfig
-from tuner.errors import StoreError
+from tuner.errors import ConfigError, StoreError
 from tuner.store import schema as store_schema
 from tuner.store import sql as store_module
 from tuner.store.sql import (
@@ -386,15 +386,16 @@ def test_real_gate_and_bench_types_fill_the_columns(tmp_path: Path) -> None:
 # --- errors ---------------------------------------------------------------------------------------------
 
 
-def test_missing_directory_is_a_store_error_naming_the_url(tmp_path: Path) -> None:
+def test_missing_directory_is_a_usage_error_naming_it(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/no/such/dir/experiments.db"
-    with pytest.raises(StoreError, match=r"no/such/dir/experiments\.db: cannot open: unable to open"):
+    with pytest.raises(ConfigError, match=r"no/such/dir does not exist"):
         SqlStore(url)
+    assert not (tmp_path / "no").exists()
 
 
-def test_parent_that_is_a_file_is_a_store_error(tmp_path: Path) -> None:
+def test_parent_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "plain").write_text("")
-    with pytest.raises(StoreError, match="plain/experiments.db"):
+    with pytest.raises(ConfigError, match="plain is not a folder"):
         SqlStore(f"sqlite:///{tmp_path}/plain/experiments.db")
 
 

@@ -176,7 +176,13 @@ class TestResultStoreContract:
             "text": "42",
             "verdict": "passed",
         }
-        assert got.gate == {"nan_log_lines": [], "burst_size": 16, "duration_s": 4.2, "model": None}
+        assert got.gate == {
+            "nan_log_lines": [],
+            "burst_size": 16,
+            "duration_s": 4.2,
+            "model": None,
+            "reference": None,
+        }
         assert got.log_path == "/runs/t1/server.log" and got.log_excerpt == "server ready"
         assert got.timings["launch_s"] == 212.5
         assert got.started_at == T0 and got.started_at.tzinfo == timezone.utc

@@ -37,3 +37,12 @@ def test_the_lock_lives_beside_a_sqlite_file_and_refuses_a_missing_directory(tmp
     assert lock_path("postgresql://u@h/db", tmp_path / "runs") == tmp_path / "runs" / ".ask.lock"
     with pytest.raises(StoreError, match="does not exist"):
         lock_path(f"sqlite:///{tmp_path}/missing/exp.db", tmp_path)
+
+
+def test_the_state_attribute_says_what_complete_hides() -> None:
+    from tuner.study.storage import state_label
+
+    assert state_label("ok", True, False) == "ok"
+    assert state_label("oom", False, False) == "FAILED: oom"
+    assert state_label("slo_violation", False, False).startswith("INFEASIBLE: slo_violation")
+    assert state_label("interrupted", False, True).startswith("FAILED: interrupted (not the configuration")

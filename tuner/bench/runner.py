@@ -75,10 +75,12 @@ async def run_benchmark(
     server_died: threading.Event | None = None,
     progress: bool = False,
     settle_s: float | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> BenchResult:
     """Run every load point of settings against base_url; partial results if the server dies.
 
-    `settle_s` overrides `settings.settle_s` (the pause between warmup/flush and T0).
+    `settle_s` overrides `settings.settle_s` (the pause between warmup/flush and T0); `stop`
+    returns True once the run should end (a stop request): every request is cancelled.
     """
     settle = settings.settle_s if settle_s is None else settle_s
     if not settings.load_points:
@@ -89,8 +91,8 @@ async def run_benchmark(
         build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows) for i, p in enumerate(settings.load_points)
     ]
     t_stage = perf_counter()
-    stage = Stage(settings.timeouts, server_died)
-    probe = LoopLagProbe()
+    stage = Stage(settings.timeouts, server_died, stop)
+    probe = LoopLagProbe(settings.self_check)
     probe.start()
     watchdog = asyncio.ensure_future(stage.watch())
     bar = _Progress(settings.load_points) if progress else None
@@ -133,6 +135,8 @@ async def run_benchmark(
         client_bound=check.client_bound,
         client_cpu_share=check.cpu_share,
         loop_lag_p99_ms=check.loop_lag_p99_ms,
+        starved=check.starved,
+        run_queue_wait_share=check.run_queue_wait_share,
         duration_s=perf_counter() - t_stage,
     )
 
@@ -198,10 +202,15 @@ class _Progress:
     """A rich progress bar: requests done / total, one line per load point."""
 
     def __init__(self, points: tuple[LoadPoint, ...]) -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),  # stdout stays the result's
         )
         self._tasks = [self._progress.add_task(f"bench {p.label}", total=p.prompts) for p in points]
         self._progress.start()
@@ -222,6 +231,7 @@ def benchmark(
     server_died: threading.Event | None = None,
     progress: bool = False,
     settle_s: float | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> BenchResult:
     """Synchronous run_benchmark on a fresh event loop (uvloop when installed)."""
     coro = run_benchmark(
@@ -231,6 +241,7 @@ def benchmark(
         server_died=server_died,
         progress=progress,
         settle_s=settle_s,
+        stop=stop,
     )
     try:
         import uvloop

@@ -88,6 +88,20 @@ class RequestTimeouts(Settings):
     stage_deadline_s: Duration = Field(default=3600.0, validation_alias="stage_deadline")
 
 
+class SelfCheckSettings(Settings):
+    """When the client's own figures say the measurement is not the server's (`bench.self_check`).
+
+    A client bottleneck (its CPU time near a core, or its event loop lagging while it is not
+    waiting for a CPU) makes the trial an infrastructure fault; starvation by other processes
+    (the loop lagging while the client was runnable but not running) only marks it noisy.
+    """
+
+    cpu_share: float = Field(default=0.7, gt=0.0, le=1.0)  # client CPU time / wall: above, client-bound
+    loop_lag_p99_s: Duration = Field(default=0.005, gt=0, validation_alias="loop_lag_p99")
+    starved_wait_share: float = Field(default=0.2, gt=0.0, le=1.0)  # run-queue wait / runnable time
+    min_samples: int = Field(default=50, ge=1)  # lag samples (10 ms each) before judging at all
+
+
 class BenchSettings(Settings):
     """The whole benchmark stage of one trial."""
 
@@ -100,6 +114,7 @@ class BenchSettings(Settings):
     flush_cache: bool = True
     settle_s: Duration = Field(default=1.0, validation_alias="settle")  # pause before the measured window
     timeouts: RequestTimeouts = Field(default_factory=RequestTimeouts)
+    self_check: SelfCheckSettings = Field(default_factory=SelfCheckSettings)
     objective_point: int = -1  # which load point's metrics feed the objectives
 
     @model_validator(mode="after")

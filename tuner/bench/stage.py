@@ -1,8 +1,8 @@
 """The live state of one benchmark run: requests in flight, the watchdog, the abort reason.
 
 The watchdog enforces per-request first-content and idle limits and the stage deadline, and
-polls `server_died` every 20 ms: when it fires, every request still queued or in flight is
-cancelled with a reason, so it is recorded as a failed request of that class.
+polls `server_died` and `stop` (a stop request) every 20 ms: when one fires, every request still
+queued or in flight is cancelled with a reason, so it is recorded as a failed request of that class.
 """
 
 from __future__ import annotations
@@ -34,9 +34,15 @@ class Aborted(Exception):
 class Stage:
     """The mutable state of one run: in-flight requests, the abort reason, the watchdog."""
 
-    def __init__(self, timeouts: RequestTimeouts, server_died: threading.Event | None) -> None:
+    def __init__(
+        self,
+        timeouts: RequestTimeouts,
+        server_died: threading.Event | None,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
         self.timeouts = timeouts
         self.server_died = server_died
+        self.stop = stop  # True once a stop was asked: everything in flight is cancelled
         self.deadline = perf_counter() + timeouts.stage_deadline_s
         self.reason: ErrorClass | None = None
         self.aborted = asyncio.Event()
@@ -57,6 +63,8 @@ class Stage:
         if self.reason is None:
             if self.server_died is not None and self.server_died.is_set():
                 self.abort(ErrorClass.SERVER_DIED)
+            elif self.stop is not None and self.stop():
+                self.abort(ErrorClass.INTERRUPTED)
             elif perf_counter() >= self.deadline:
                 self.abort(ErrorClass.DEADLINE)
         if self.reason is not None:

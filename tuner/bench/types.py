@@ -27,6 +27,7 @@ class ErrorClass(str, Enum):
     NO_CONTENT = "no_content"  # a clean stream without a single content event
     SERVER_DIED = "server_died"  # cancelled because the server process died
     DEADLINE = "deadline"  # cancelled at the stage deadline
+    INTERRUPTED = "interrupted"  # cancelled at a stop request (Ctrl-C, SIGTERM)
     CLIENT_ERROR = "client_error"  # anything else raised on our side (a bug; text has the repr)
 
 
@@ -183,6 +184,8 @@ class BenchResult:
     client_bound: bool = False  # the client, not the server, may have been the bottleneck
     client_cpu_share: float  # client process CPU time / wall time of the stage
     loop_lag_p99_ms: float | None  # event-loop overshoot of a 10 ms sleep, p99; None if unsampled
+    starved: bool = False  # other processes kept the client off the CPU: figures are noisy, not wrong
+    run_queue_wait_share: float | None = None  # the loop's run-queue wait / runnable time; None: unknown
     duration_s: float
 
     @property

@@ -10,21 +10,30 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from tuner.cli import profile, study
+from tuner.cli import probe, profile, study
 from tuner.errors import TunerError
 from tuner.interrupts import INTERRUPTS
 
 log = logging.getLogger("tuner")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage mistake as one line (`error: ...`) and exit 2, like every other mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every command module registers its sub-parsers."""
-    parser = argparse.ArgumentParser(prog="python -m tuner", description="Tuning experiments for SGLang.")
+    parser = _Parser(prog="python -m tuner", description="Tuning experiments for SGLang.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     study.register(sub)
     profile.register(sub)
+    probe.register(sub)
     return parser
 
 
@@ -40,9 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    INTERRUPTS.install()
+    INTERRUPTS.install()  # the handler only records a stop; commands act on it at safe points
     try:
         code: int = args.handler(args)
+        if INTERRUPTS.requested:
+            if code != 130:
+                print("interrupted", file=sys.stderr)
+            return 130
         return int(code or 0)
     except TunerError as exc:
         print(f"error: {exc}", file=sys.stderr)

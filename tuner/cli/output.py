@@ -5,28 +5,46 @@ from __future__ import annotations
 import argparse
 import json
 
+from tuner.config import MAX_GPU_INDEX
 from tuner.space.source import parse_duration
 
 
 def duration(text: str) -> float:
     """An argparse type: 90s, 30m, 8h -> seconds."""
     try:
-        return float(parse_duration(text))
+        seconds = float(parse_duration(text))
     except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(
-            f"expected a duration such as 90s, 30m or 8h (got {text!r})"
+            f"expected a duration such as 90s, 30m or 8h (got {text[:40]!r})"
         ) from exc
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration > 0 such as 90s, 30m or 8h (got {text!r})")
+    return seconds
 
 
 def gpu_list(text: str) -> tuple[int, ...]:
     """An argparse type: 0,1,2,3 -> (0, 1, 2, 3)."""
+    expected = f"expected GPU indices 0..{MAX_GPU_INDEX} such as 0,1,2,3 (got {text[:40]!r})"
     try:
         gpus = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1,2,3 (got {text!r})") from exc
-    if not gpus or any(g < 0 for g in gpus):
-        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,1,2,3 (got {text!r})")
+        raise argparse.ArgumentTypeError(expected) from exc
+    if not gpus or any(not 0 <= g <= MAX_GPU_INDEX for g in gpus):
+        raise argparse.ArgumentTypeError(expected)
+    if len(set(gpus)) != len(gpus):
+        raise argparse.ArgumentTypeError(f"each GPU once, please (got {text[:40]!r})")
     return gpus
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number ≥ 1 (a trial count, a number of repeats)."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1 (got {text[:40]!r})") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1 (got {value})")
+    return value
 
 
 def print_json(value: object) -> None:

@@ -21,6 +21,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 from tuner.cli.worker_events import PhaseChanged, TrialStarted, parse_event
@@ -52,8 +53,6 @@ def node_gpus(space: SearchSpace, given: tuple[int, ...] | None) -> tuple[int, .
         return given
     if space.gpus:
         return space.gpus
-    from pathlib import Path
-
     from tuner.engine import engine_for, probe_for
 
     probe = probe_for(engine_for(space, state_root=Path(space.log_dir)))
@@ -69,17 +68,22 @@ def node_gpus(space: SearchSpace, given: tuple[int, ...] | None) -> tuple[int, .
     return found
 
 
-def worker_argv(args: argparse.Namespace, *, db_url: str, study: str, gpus: Sequence[int]) -> list[str]:
+def worker_argv(
+    args: argparse.Namespace, *, space: Path, db_url: str, study: str, gpus: Sequence[int]
+) -> list[str]:
     """The command line of one worker: the parent's `run` on one GPU set, events on stdout."""
     argv = [sys.executable, "-m", "tuner"]
     if getattr(args, "verbose", False):
         argv.append("-v")
-    argv += ["run", "--space", str(args.space), "--db", db_url, "--study", study]
+    argv += ["run", "--space", str(space), "--db", db_url, "--study", study]
     argv += ["--gpus", ",".join(map(str, gpus)), "--parallel", "1", "--plain", "--worker-events"]
     if args.trials is not None:
         argv += ["--trials", str(args.trials)]
     if args.timeout is not None:
         argv += ["--timeout", f"{args.timeout:g}s"]
+    for flag in ("seed", "sampler"):
+        if getattr(args, flag, None) is not None:
+            argv += [f"--{flag}", str(getattr(args, flag))]
     if args.warm_start is not None:
         argv += ["--warm-start", args.warm_start]
         if args.warm_start_db is not None:
@@ -179,11 +183,11 @@ def exit_code(codes: Sequence[int], interrupted: bool) -> int:
     return next((c for c in codes if c != 0), 0)
 
 
-def run_parallel(args: argparse.Namespace, space: SearchSpace, sets: int, *, db_url: str) -> int:
+def run_parallel(args: argparse.Namespace, space: SearchSpace, sets: int, *, db_url: str, study: str) -> int:
     """Run `sets` workers of the space's study at once, each on its own GPUs; the exit code."""
     gpu_sets = gpu_sets_for(space, node_gpus(space, args.gpus), sets)
-    study = args.study or space.study_name
-    argvs = [(g, worker_argv(args, db_url=db_url, study=study, gpus=g)) for g in gpu_sets]
+    path = Path(space.path)
+    argvs = [(g, worker_argv(args, space=path, db_url=db_url, study=study, gpus=g)) for g in gpu_sets]
     sets_text = " | ".join(",".join(map(str, g)) for g in gpu_sets)
     print(f"study {study}: {sets} workers on GPUs {sets_text}", file=sys.stderr, flush=True)
     supervisor = Supervisor(start_workers(argvs))

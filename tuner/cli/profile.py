@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tuner.cli.output import positive_int
 from tuner.errors import ConfigError
 
 
@@ -52,20 +53,39 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--space", type=Path, default=None, help="take the study name (and SGLang) from this space"
     )
     export.add_argument("--format", choices=("sh", "yaml", "json"), default="sh")
+    export.add_argument(
+        "--sglang-version",
+        default=None,
+        metavar="V",
+        help="re-render the knobs and fixed flags for SGLang release V (renames applied, removals reported)",
+    )
+    export.add_argument(
+        "--engine",
+        choices=("sglang", "sim"),
+        default="sglang",
+        help="with --sglang-version: launch with real SGLang (default) or the simulator pretending to be V",
+    )
     export.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="default: stdout")
     export.set_defaults(handler=cmd_export)
 
     confirm = sub.add_parser("confirm", help="relaunch a trial's configuration N times and record each run")
     _add_choice(confirm)
     confirm.add_argument("--space", required=True, type=Path, help="the study's search space YAML")
-    confirm.add_argument("--repeats", type=int, default=3)
+    confirm.add_argument("--repeats", type=positive_int, default=3)
     confirm.set_defaults(handler=cmd_confirm)
 
     report = sub.add_parser("report", help="write a study's tables (CSV) and plots (PNG) to a folder")
     report.add_argument("--db", default=None)
     report.add_argument("--study", default=None)
     report.add_argument("--space", type=Path, default=None, help="take the study name from this space")
-    report.add_argument("--out", type=Path, required=True, help="folder for the CSV and PNG files")
+    report.add_argument("--out", type=Path, default=None, help="folder for the CSV and PNG files")
+    report.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="one self-contained HTML report (opens offline)",
+    )
     report.set_defaults(handler=cmd_report)
 
 
@@ -92,6 +112,16 @@ def _table(version: str, space_path: Path | None) -> Any:
     return builtin_table(version)
 
 
+def _target_table(version: str) -> Any:
+    """Release `version`'s table: the installed SGLang's own parser when it is that release, else built in."""
+    from tuner.sglang.introspect import detect_sglang_version, option_table_for
+    from tuner.sglang.options import builtin_table
+
+    if detect_sglang_version(sys.executable) == version:
+        return option_table_for(version, sys.executable)
+    return builtin_table(version)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from tuner.report.export import build_profile, select
     from tuner.report.frame import load_study_data
@@ -111,7 +141,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         allow_infeasible=args.allow_infeasible,
     )
     profile = build_profile(data, choice)
-    text = render(profile, args.format, _table(profile.sglang_version, args.space))
+    table = _table(profile.sglang_version, args.space)
+    if args.sglang_version is not None:
+        from tuner.report.rerender import for_release
+
+        target = _target_table(args.sglang_version)
+        profile = for_release(profile, table, target, engine=args.engine)
+        table = target
+        for note in profile.notes:
+            print(note, file=sys.stderr)
+    text = render(profile, args.format, table)
     if choice.reason:
         print(choice.reason, file=sys.stderr)
     if args.output is None:
@@ -188,16 +227,28 @@ def _as_choice(row: Any) -> Any:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from tuner.report.context import context_line
     from tuner.report.detail import failures_frame, param_importances, requests_frame
     from tuner.report.frame import load_study_data, trials_frame
     from tuner.report.pareto import front_frame, pareto_front
     from tuner.report.plots import history_plot, latency_plot, metric_vs_param_plot, pareto_plot, save_png
     from tuner.store.sql import SqlStore, database_url
 
+    if args.out is None and args.html is None:
+        raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")
     url = database_url(args.db)
     data = load_study_data(url, args.study, preferred=_preferred(args))
+    if args.html is not None:
+        from tuner.report.page import study_page
+
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(study_page(data), encoding="utf-8")
+        print(f"wrote {args.html}")
+        if args.out is None:
+            return 0
     front = pareto_front(data)
     frame = trials_frame(data, front)
+    context = context_line(data)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "trials.csv", index=False)
@@ -207,12 +258,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
     importances.table.to_csv(out / "importances.csv")
-    save_png(pareto_plot(frame, title=f"{data.name}: Pareto front"), out / "pareto.png")
-    save_png(history_plot(frame), out / "history.png")
+    save_png(pareto_plot(frame, title=f"{data.name}: Pareto front", context=context), out / "pareto.png")
+    save_png(history_plot(frame, context=context), out / "history.png")
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
-        save_png(metric_vs_param_plot(frame), out / "mem_fraction.png")
-    with SqlStore(url) as store:
+        save_png(metric_vs_param_plot(frame, context=context), out / "mem_fraction.png")
+    with SqlStore(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:

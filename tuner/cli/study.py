@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.output import duration, gpu_list
+from tuner.cli.output import duration, gpu_list, positive_int
 from tuner.config import Phase
 from tuner.errors import ConfigError, FlagError
 from tuner.space.loader import SearchSpace
@@ -22,11 +22,16 @@ from tuner.space.loader import SearchSpace
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add run, trial, validate, status and studies to the command line."""
     run = sub.add_parser("run", help="run or resume a study (until its trial budget is spent)")
-    run.add_argument("--space", required=True, type=Path, help="search space YAML")
+    run.add_argument(
+        "--space",
+        type=Path,
+        default=None,
+        help="search space YAML (default: resume the database's one unfinished study from its stored space)",
+    )
     run.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
     run.add_argument("--study", default=None, help="study name (default from the space: NAME-vVERSION)")
     run.add_argument(
-        "--trials", type=int, default=None, help="launches wanted in the study (pruned asks are free)"
+        "--trials", type=positive_int, default=None, help="launches wanted (≥ 1; pruned asks are free)"
     )
     run.add_argument("--timeout", type=duration, default=None, help="wall-time budget, e.g. 8h, 30m")
     run.add_argument("--plain", action="store_true", help="log lines instead of the live display")
@@ -49,6 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     run.add_argument(
         "--warm-start-db", default=None, metavar="URL", help="the earlier study's database (default: --db)"
+    )
+    run.add_argument(
+        "--seed", type=int, default=None, help="sampler seed (overrides the space's sampler.seed)"
+    )
+    run.add_argument(
+        "--sampler", choices=("tpe", "gp", "random"), default=None, help="overrides the space's sampler.kind"
     )
     run.set_defaults(handler=cmd_run)
 
@@ -74,25 +85,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     studies = sub.add_parser("studies", help="list the studies in a database")
     studies.add_argument("--db", default=None)
+    studies.add_argument(
+        "--show-space", metavar="STUDY", default=None, help="print the space file stored with it"
+    )
     studies.set_defaults(handler=cmd_studies)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tuner.cli.display import RunDisplay
-    from tuner.space.loader import load_space
     from tuner.store.sql import database_url
     from tuner.study.events import Hooks, TrialEvent
     from tuner.study.runner import StudyRunner
 
-    space = load_space(args.space)
+    url = database_url(args.db)
+    space, study_name = _space_to_run(args, url)
     sets = args.parallel if args.parallel is not None else space.budget.parallel
     if sets < 1:
         raise ConfigError(f"--parallel: expected at least 1 (got {sets})")
     if sets > 1:
         from tuner.cli.parallel import run_parallel
 
-        return run_parallel(args, space, sets, db_url=database_url(args.db))
-    space = _with_gpus(space, args.gpus)
+        return run_parallel(args, space, sets, db_url=url, study=study_name or space.study_name)
     warm = None
     if args.warm_start is not None:
         from tuner.study.warm import WarmStart
@@ -100,8 +113,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         warm = WarmStart(url=database_url(args.warm_start_db or args.db), study=args.warm_start)
     runner = StudyRunner(
         space,
-        db_url=database_url(args.db),
-        study_name=args.study,
+        db_url=url,
+        study_name=study_name,
         n_trials=args.trials,
         timeout_s=args.timeout,
         warm_start=warm,
@@ -145,6 +158,30 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     print_status(runner.store, summary.study_name, runner.study)
     return 130 if summary.interrupted else 0
+
+
+def _space_to_run(args: argparse.Namespace, url: str) -> tuple[SearchSpace, str | None]:
+    """The space of `run` (given, or stored with the one unfinished study) with the command's overrides."""
+    from tuner.space.loader import load_space
+
+    study_name = args.study
+    if args.space is None:
+        from tuner.store.sql import mask_url
+        from tuner.study.resume import choose_study, stored_studies
+        from tuner.study.storage import make_storage
+
+        chosen = choose_study(stored_studies(make_storage(url)), args.study, mask_url(url))
+        assert chosen.space_path is not None
+        print(f"resuming study {chosen.line()}", file=sys.stderr, flush=True)
+        path: Path = Path(chosen.space_path)
+        study_name = chosen.name
+    else:
+        path = args.space
+    space = _with_gpus(load_space(path), args.gpus)
+    updates = {k: v for k, v in (("seed", args.seed), ("kind", args.sampler)) if v is not None}
+    if updates:
+        space = replace(space, sampler=space.sampler.model_copy(update=updates))
+    return space, study_name
 
 
 def _with_gpus(space: SearchSpace, gpus: tuple[int, ...] | None) -> SearchSpace:
@@ -218,7 +255,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from tuner.report.status import print_status
     from tuner.store.sql import SqlStore, database_url
 
-    store = SqlStore(database_url(args.db))
+    store = SqlStore(database_url(args.db), create=False)
     preferred = None
     if args.space is not None:
         from tuner.space.loader import load_space
@@ -232,8 +269,24 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_studies(args: argparse.Namespace) -> int:
     from tuner.store.sql import SqlStore, database_url
 
-    store = SqlStore(database_url(args.db))
+    store = SqlStore(database_url(args.db), create=False)
+    if args.show_space is not None:
+        return _show_space(database_url(args.db), args.show_space)
     for name in store.studies():
         rows = store.trials(name)
         print(f"{name}\t{len(rows)} trials")
+    return 0
+
+
+def _show_space(url: str, name: str) -> int:
+    from tuner.store.sql import mask_url
+    from tuner.study.resume import choose_study, stored_studies
+    from tuner.study.storage import make_storage
+
+    studies = stored_studies(make_storage(url))
+    found = next((s for s in studies if s.name == name), None)
+    if found is None or found.space_text is None:
+        choose_study(studies, name, mask_url(url))  # raises the one-line error naming the studies
+        raise ConfigError(f"study {name}: no space file stored with it")
+    sys.stdout.write(found.space_text)
     return 0

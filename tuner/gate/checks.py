@@ -27,6 +27,7 @@ from typing import Any
 
 from tuner.errors import ConfigError
 from tuner.gate.garbage import GarbageFinding, GarbageReason, estimate_tokens, inspect_content, inspect_text
+from tuner.gate.reference import CANARY_MARK, ReferenceCheck
 from tuner.gate.settings import GatePrompt, GateSettings
 
 DEFAULT_BURST_SIZE = 8  # also the least burst: smaller batches are covered as a burst drains
@@ -88,6 +89,7 @@ class GateResult:
     burst_size: int | None = None  # None when no burst ran
     duration_s: float
     model: str | None = None
+    reference: ReferenceCheck | None = None  # the greedy-output agreement, when the space asks for it
 
     @property
     def passed(self) -> bool:
@@ -110,8 +112,8 @@ def validate_settings(settings: GateSettings) -> None:
     if not settings.enabled:
         return
     where = "gate settings"
-    if not settings.prompts:
-        raise ConfigError(f"{where}: the gate is enabled but has no prompts")
+    if not settings.prompts and not settings.reference.enabled:
+        raise ConfigError(f"{where}: the gate is enabled but has no prompts and no reference check")
     if settings.burst_size is not None and settings.burst_size < 1:
         raise ConfigError(f"{where}: burst_size must be ≥ 1 (got {settings.burst_size})")
     if not settings.timeout_s > 0:
@@ -217,6 +219,13 @@ def summarize(answers: Sequence[GateAnswer], nan_log_lines: Sequence[str]) -> tu
         and any(a.round is GateRound.SEQUENTIAL for a in answers)
     ):
         tally += " (all in the burst; sequential answers passed)"
+    canary = [line for line in nan_log_lines if CANARY_MARK in line]
+    if canary:  # SGLang's own KV-cache canary saw corruption: the outputs cannot be trusted
+        first = " ".join(canary[0].split())
+        more = f" (+{len(canary) - 1} more)" if len(canary) > 1 else ""
+        return GateVerdict.GARBAGE, one_line(
+            f"KV-cache canary violation in server log: {first}{more}" + (f"; {tally}" if tally else "")
+        )
     if nan_log_lines:
         first = " ".join(nan_log_lines[0].split())
         more = f" (+{len(nan_log_lines) - 1} more)" if len(nan_log_lines) > 1 else ""

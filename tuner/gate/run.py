@@ -41,6 +41,7 @@ from tuner.gate.checks import (
     summarize,
     validate_settings,
 )
+from tuner.gate.reference import GreedyOutput, ReferenceBook, ReferenceCheck, agreements
 from tuner.gate.settings import GatePrompt, GateSettings
 
 __all__ = [
@@ -79,6 +80,8 @@ def gate(
     nan_log_lines: Callable[[], Sequence[str]] | None = None,
     server_died: threading.Event | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    reference: ReferenceBook | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> GateResult:
     """Run the gate from synchronous code (a fresh event loop; not from inside a running one)."""
     return asyncio.run(
@@ -90,6 +93,8 @@ def gate(
             nan_log_lines=nan_log_lines,
             server_died=server_died,
             transport=transport,
+            reference=reference,
+            stop=stop,
         )
     )
 
@@ -103,11 +108,16 @@ async def run_gate(
     nan_log_lines: Callable[[], Sequence[str]] | None = None,
     server_died: threading.Event | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    reference: ReferenceBook | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> GateResult:
-    """Ask every prompt sequentially, then as a burst, and judge the answers.
+    """Ask every prompt sequentially, then as a burst, and judge the answers; then the reference check.
 
-    `nan_log_lines` returns every NaN line the server's log has shown so far;
-    `server_died` is set by whoever watches the server process.
+    `nan_log_lines` returns every NaN (and KV-canary violation) line the server's log has shown
+    so far; `server_died` is set by whoever watches the server process; `reference` holds the
+    reference answers of `settings.reference` (None: the check only records this server's outputs);
+    `stop` returns True once the run should end (a stop request): the requests in flight are
+    cancelled and the caller acts on it.
     """
     validate_settings(settings)
     if not settings.enabled:
@@ -119,6 +129,7 @@ async def run_gate(
         )
     started = time.perf_counter()
     run = _Run(settings=settings, burst_size=choose_burst_size(settings, captured_bs), model=model)
+    run.book = reference
     nan_lines: Callable[[], Sequence[str]] = nan_log_lines or tuple
     timeout = httpx.Timeout(settings.timeout_s, connect=min(CONNECT_TIMEOUT_S, settings.timeout_s))
     limits = httpx.Limits(max_connections=run.burst_size, max_keepalive_connections=run.burst_size)
@@ -128,7 +139,9 @@ async def run_gate(
         work = asyncio.create_task(run.rounds(client, nan_lines))
         watchers = {work}
         if server_died is not None:
-            watchers.add(asyncio.create_task(_wait_set(server_died)))
+            watchers.add(asyncio.create_task(_wait_set(server_died.is_set)))
+        if stop is not None:
+            watchers.add(asyncio.create_task(_wait_set(stop)))
         done, pending = await asyncio.wait(
             watchers, timeout=settings.timeout_s, return_when=asyncio.FIRST_COMPLETED
         )
@@ -147,6 +160,9 @@ async def run_gate(
         verdict, reason = GateVerdict.ERROR, fatal
     else:
         verdict, reason = summarize(answers, lines)
+    check = run.reference
+    if verdict is GateVerdict.PASSED and check is not None and not check.passed:
+        verdict, reason = GateVerdict.WRONG_ANSWER, check.reason()
     result = GateResult(
         verdict=verdict,
         reason=reason,
@@ -155,6 +171,7 @@ async def run_gate(
         burst_size=run.burst_size if run.burst_started else None,
         duration_s=time.perf_counter() - started,
         model=run.model,
+        reference=check,
     )
     log.info(
         "gate %s in %.1f s: %s",
@@ -165,10 +182,10 @@ async def run_gate(
     return result
 
 
-async def _wait_set(event: threading.Event) -> None:
+async def _wait_set(is_set: Callable[[], bool]) -> None:
     # threading.Event has no awaitable wait; a blocking wait in a thread could
     # outlive the loop, so poll.
-    while not event.is_set():
+    while not is_set():
         await asyncio.sleep(DEATH_POLL_S)
 
 
@@ -181,6 +198,8 @@ class _Run:
         self.model = model
         self.answers: list[GateAnswer] = []
         self.burst_started = False
+        self.book: ReferenceBook | None = None
+        self.reference: ReferenceCheck | None = None
 
     async def rounds(self, client: httpx.AsyncClient, nan_lines: Callable[[], Sequence[str]]) -> str | None:
         """Both rounds; returns a reason when the gate could not start at all."""
@@ -193,10 +212,29 @@ class _Run:
             await self._ask(client, prompt, GateRound.SEQUENTIAL, i)
         if any(a.verdict is not GateVerdict.PASSED for a in self.answers) or nan_lines():
             return None  # the gate has failed already; on a real model the burst would cost minutes more
-        self.burst_started = True
-        prompts = burst_prompts(self.settings.prompts, self.burst_size)
-        await asyncio.gather(*(self._ask(client, p, GateRound.BURST, i) for i, p in enumerate(prompts)))
+        if self.settings.prompts:
+            self.burst_started = True
+            prompts = burst_prompts(self.settings.prompts, self.burst_size)
+            await asyncio.gather(*(self._ask(client, p, GateRound.BURST, i) for i, p in enumerate(prompts)))
+        if self.settings.reference.enabled and all(a.verdict is GateVerdict.PASSED for a in self.answers):
+            try:
+                self.reference = await self._agreement(client)
+            except (httpx.HTTPError, ValueError) as exc:
+                return one_line(f"reference check: greedy outputs from /generate failed: {_describe(exc)}")
         return None
+
+    async def _agreement(self, client: httpx.AsyncClient) -> ReferenceCheck:
+        """This server's greedy outputs against the reference (or recorded as the reference)."""
+        wanted = self.settings.reference
+        outputs = tuple([await _greedy(client, p, wanted.tokens) for p in wanted.prompts])
+        known = self.book.answers() if self.book is not None else None
+        if known is None:
+            recorded = self.book is not None and self.book.record(outputs, self.model)
+            return ReferenceCheck(source="this server", outputs=outputs, recorded=recorded)
+        answers, source = known
+        return ReferenceCheck(
+            source=source, outputs=outputs, agreements=agreements(answers, outputs, wanted.tokens)
+        )
 
     async def _ask(
         self, client: httpx.AsyncClient, prompt: GatePrompt, round_: GateRound, index: int
@@ -221,6 +259,27 @@ class _Run:
             self.answers.append(GateAnswer(**where, **stopped))
             raise
         self.answers.append(GateAnswer(**where, **fields, latency_s=time.perf_counter() - t0))
+
+
+async def _greedy(client: httpx.AsyncClient, prompt: str, tokens: int) -> GreedyOutput:
+    """The greedy continuation of a raw prompt through SGLang's native /generate (token ids when given)."""
+    payload = {
+        "text": prompt,
+        "sampling_params": {"temperature": 0, "max_new_tokens": tokens},
+        "return_logprob": True,  # meta_info.output_token_logprobs carries the ids where output_ids is absent
+        "stream": False,
+    }
+    response = await client.post("/generate", json=payload)
+    response.raise_for_status()
+    body = response.json()
+    if isinstance(body, list):
+        body = body[0]
+    ids = body.get("output_ids")
+    if not isinstance(ids, list):
+        logprobs = (body.get("meta_info") or {}).get("output_token_logprobs")
+        ids = [entry[1] for entry in logprobs] if isinstance(logprobs, list) else None
+    token_ids = tuple(int(t) for t in ids) if isinstance(ids, list) else None
+    return GreedyOutput(prompt=prompt, token_ids=token_ids, text=str(body.get("text", "")))
 
 
 async def _post(client: httpx.AsyncClient, prompt: GatePrompt, payload: dict[str, Any]) -> dict[str, Any]:

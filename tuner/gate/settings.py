@@ -7,6 +7,8 @@ built-in prompt with those keys changed.
 
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -76,15 +78,66 @@ DEFAULT_PROMPTS: tuple[GatePrompt, ...] = (
 )
 
 
+class ReferenceSource(str, Enum):
+    """Where the reference answers of the agreement check come from."""
+
+    FIRST = "first"  # the greedy outputs of the study's first trial to pass the gate (baselines run first)
+    FILE = "file"  # a file (`python -m tuner reference` writes one from a trial or a running server)
+
+
+DEFAULT_REFERENCE_PROMPTS: tuple[str, ...] = (
+    "The history of the printing press begins",
+    "def fibonacci(n):",
+    "1, 2, 3, 5, 8, 13,",
+    "Once upon a time, in a small village by the sea,",
+    "The three laws of thermodynamics state that",
+)
+
+
+class ReferenceSettings(Settings):
+    """Reference agreement: greedy outputs must equal a trusted configuration's, token by token.
+
+    Raw prompts through SGLang's native /generate at temperature 0 (no chat template, no expected
+    answer), so it works with any model: base, code, chat, any language.
+    """
+
+    enabled: bool = False
+    source: ReferenceSource = Field(default=ReferenceSource.FIRST, strict=False)
+    path: Path | None = Field(default=None, strict=False)  # with source: file; relative to the space file
+    prompts: Annotated[tuple[str, ...], non_empty("reference prompt")] = Field(
+        default=DEFAULT_REFERENCE_PROMPTS, strict=False
+    )
+    tokens: int = Field(default=64, ge=1)  # the compared length: greedy tokens generated per prompt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _file_path(cls, data: Any, info: ValidationInfo) -> Any:
+        folder = space_dir(info)
+        if folder is None or not isinstance(data, dict):
+            return data
+        source, path = data.get("source", ReferenceSource.FIRST.value), data.get("path")
+        if source == ReferenceSource.FILE.value and path is None:
+            raise mistake("source: file needs a path to the reference file", at=("path",))
+        if isinstance(path, str) and path and not Path(path).is_absolute():
+            return {**data, "path": str(folder / path)}
+        return data
+
+
 class GateSettings(Settings):
-    """The gate of one trial: prompts, the burst size, and its time limit."""
+    """The gate of one trial: prompts, the burst size, the reference check, and its time limit."""
 
     enabled: bool = True
-    prompts: Annotated[tuple[GatePrompt, ...], non_empty("prompt (or enabled: false)")] = Field(
-        default=DEFAULT_PROMPTS, strict=False
-    )
+    prompts: tuple[GatePrompt, ...] = Field(default=DEFAULT_PROMPTS, strict=False)  # empty: reference only
+    reference: ReferenceSettings = Field(default_factory=ReferenceSettings)
     burst_size: int | None = Field(default=None, ge=1)  # None = the largest captured CUDA-graph batch (≥ 8)
     timeout_s: Duration = Field(default=600.0, gt=0, validation_alias="timeout")
+
+    @model_validator(mode="after")
+    def _something_to_check(self) -> GateSettings:
+        if self.enabled and not self.prompts and not self.reference.enabled:
+            why = "expected at least one prompt (or reference.enabled: true, or enabled: false)"
+            raise mistake(why, at=("prompts",))
+        return self
 
     @field_validator("prompts")
     @classmethod

@@ -100,6 +100,8 @@ class Profile:
     n_confirm: int = 0
     failed_confirms: tuple[str, ...] = ()
     reason: str = ""
+    notes: tuple[str, ...] = ()  # what a re-rendering for another release changed, shown with the provenance
+    context: tuple[str, ...] = ()  # workload, constraints, the other front points with their trade-offs
 
 
 # ------------------------------------------------------------------------------------ choosing
@@ -271,7 +273,21 @@ def build_profile(data: StudyData, choice: Choice, *, now: datetime | None = Non
         n_confirm=len(repeats),
         failed_confirms=tuple(r.outcome.value for r in repeats if not r.outcome.measured),
         reason=choice.reason,
+        context=study_context(data, number),
     )
+
+
+def study_context(data: StudyData, chosen: int | None) -> tuple[str, ...]:
+    """Workload, constraints and the feasible front with each point's trade-off and VRAM headroom."""
+    from tuner.errors import ReportError
+    from tuner.report.context import constraints_line, front_points, tradeoff_lines, workload_line
+
+    try:
+        points = front_points(data)
+    except ReportError:  # the front's cross-check failed: say so rather than list a front
+        points = ()
+    front = ["feasible Pareto front (throughput, KV tokens, TTFT p99, lowest free VRAM during the run):"]
+    return (workload_line(data), constraints_line(data), *front, *tradeoff_lines(points, chosen))
 
 
 def knob_line(profile: Profile) -> str:

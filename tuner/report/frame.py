@@ -59,6 +59,7 @@ class StudyData:
     metric_names: tuple[str, ...] = ("output_throughput", "kv_tokens")
     directions: tuple[str, ...] = ("maximize", "maximize")
     best_numbers: tuple[int, ...] | None = None  # Optuna's best_trials; None without an Optuna study
+    space_text: str | None = None  # the space file stored with the study (workload, constraints)
 
     def row_of(self, number: int) -> StoredTrial | None:
         """The recorded measurement of Optuna trial `number` (a reused result maps to its original)."""
@@ -81,8 +82,17 @@ class StudyData:
 
 
 def load_study_data(url: str, study: str | None = None, *, preferred: str | None = None) -> StudyData:
-    """Read one study's rows and Optuna trials (the I/O edge of the reports); see SqlStore.resolve_study."""
-    with SqlStore(url) as store:
+    """Read one study's rows and Optuna trials (the I/O edge of the reports); see SqlStore.resolve_study.
+
+    A SQLite file that does not exist is an error (opening it would create an empty database).
+    """
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        raise StoreError(
+            f"experiments database {missing} does not exist; expected the file `python -m tuner run` wrote "
+            f"(give it with --db, or TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
+        )
+    with SqlStore(url, create=False) as store:
         name = store.resolve_study(study, preferred=preferred)
         rows = store.trials(name)
     try:
@@ -112,7 +122,20 @@ def load_study_data(url: str, study: str | None = None, *, preferred: str | None
         metric_names=names,
         directions=directions,
         best_numbers=best,
+        space_text=space_text if isinstance(space_text := loaded.user_attrs.get("space_text"), str) else None,
     )
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    """The path of a SQLite file URL whose file is missing; None for anything else."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    from pathlib import Path
+
+    return None if Path(parsed.database).exists() else parsed.database
 
 
 def _single_best(study: optuna.Study) -> tuple[int, ...]:

@@ -5,6 +5,11 @@ Every function takes the frames of tuner.report.frame (`trials_frame`,
 database. Colours say the same thing everywhere: feasible blue, infeasible
 (ran, missed an SLO) orange, failed (crash, OOM, NaN, ...) red, the Pareto
 front ringed in black.
+
+A failed trial has no measurement, so it is never drawn on a measurement axis (where a point
+at some floor would read as a result): the Pareto plot lists failures beside the axes, and the
+history and knob plots draw them in a strip of their own, labelled with their failure class.
+Every function takes `context` (workload and constraints, see tuner.report.context) for a caption.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ __all__ = [
     "latency_plot",
     "metric_vs_param_plot",
     "pareto_plot",
-    "pareto_plotly",
     "save_png",
 ]
 
@@ -61,13 +65,38 @@ def _axes_metrics(frame: pd.DataFrame, metrics: Sequence[str] | None) -> tuple[s
     return names[0], names[1]
 
 
-def _floor(values: pd.Series) -> float:
-    """Where to draw a missing value: just below the smallest measured one."""
-    known = pd.to_numeric(values, errors="coerce").dropna()
-    if known.empty:
-        return 0.0
-    low, high = float(known.min()), float(known.max())
-    return low - 0.06 * ((high - low) or abs(low) or 1.0)
+def _caption(fig: Figure, context: str | None) -> None:
+    if context:
+        fig.text(0.01, 0.002, context, fontsize=7, color="0.3", ha="left", va="bottom", wrap=True)
+
+
+def failure_list(frame: pd.DataFrame, limit: int = 14) -> str:
+    """`#3 oom, #5 nan, ...` for the failed trials (their class; never a value)."""
+    failed = frame[frame["status"] == "failed"].sort_values("trial")
+    items = [f"#{r['trial']} {r['failure'] or 'failed'}" for _, r in failed.iterrows()]
+    more = f", +{len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def _failure_strip(ax: Any, xs: Sequence[Any], labels: Sequence[Any], xlabel: str) -> None:
+    """Failed trials at their x in a strip of their own: a red cross and the failure class, no y scale."""
+    ax.scatter(xs, [0.0] * len(xs), c=COLOURS["failed"], marker="x", s=46, clip_on=False, zorder=3)
+    for xi, cls in zip(xs, labels, strict=False):
+        ax.annotate(
+            str(cls),
+            (xi, 0.0),
+            textcoords="offset points",
+            xytext=(3, 4),
+            fontsize=7,
+            color=COLOURS["failed"],
+        )
+    ax.set_yticks([])
+    ax.set_ylim(-1, 1.5)
+    ax.set_ylabel(
+        "failed\n(no value)", fontsize=8, color=COLOURS["failed"], rotation=0, ha="right", va="center"
+    )
+    ax.set_xlabel(xlabel)
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 def pareto_plot(
@@ -76,48 +105,30 @@ def pareto_plot(
     *,
     title: str | None = None,
     annotate: bool = True,
+    context: str | None = None,
 ) -> Figure:
-    """Objective 0 against objective 1: feasible, infeasible and failed trials; the front ringed and labelled.
+    """Objective 0 against objective 1: feasible and infeasible trials; the front ringed, joined and labelled.
 
-    A failed trial has no measurement of at least one axis; it is drawn on that
-    axis's floor (below every measured value) so it is seen, never mistaken for a result.
+    Failed trials have no measurement: they are listed below the axes with their failure class, not drawn.
     """
     x, y = _axes_metrics(frame, metrics)
-    fig = Figure(figsize=(9, 6))
+    fig = Figure(figsize=(9, 6.4))
     ax = fig.subplots()
-    x_floor, y_floor = _floor(frame[x]) if x in frame else 0.0, _floor(frame[y]) if y in frame else 0.0
-    for status in ("failed", "infeasible", "feasible"):
+    for status in ("infeasible", "feasible"):
         part = frame[frame["status"] == status]
         if part.empty:
             continue
-        xs = pd.to_numeric(part[x], errors="coerce").fillna(x_floor)
-        ys = pd.to_numeric(part[y], errors="coerce").fillna(y_floor)
-        label = {
-            "failed": "failed (missing metric drawn at the axis floor)",
-            "infeasible": "infeasible (missed an SLO)",
-        }.get(status, status)
-        marker = "x" if status == "failed" else "o"
+        label = {"infeasible": "infeasible (ran, missed a constraint)"}.get(status, status)
         ax.scatter(
-            xs,
-            ys,
+            pd.to_numeric(part[x], errors="coerce"),
+            pd.to_numeric(part[y], errors="coerce"),
             c=COLOURS[status],
-            marker=marker,
+            marker="o",
             s=46,
             alpha=0.85,
             label=f"{label}: {len(part)}",
-            clip_on=False,
             zorder=3,
         )
-        if status == "failed":
-            for xi, yi, cls in zip(xs, ys, part["failure"], strict=False):
-                ax.annotate(
-                    str(cls),
-                    (xi, yi),
-                    textcoords="offset points",
-                    xytext=(4, -10),
-                    fontsize=7,
-                    color=COLOURS["failed"],
-                )
     front = frame[frame["pareto"]].sort_values(x)
     if not front.empty:
         ax.scatter(
@@ -133,17 +144,32 @@ def pareto_plot(
         ax.plot(front[x], front[y], color="black", linewidth=0.8, linestyle="--", zorder=2)
         if annotate:
             _label_front(ax, front, x, y)
-    failed = frame[frame["status"] == "failed"]
-    if x in failed and failed[x].isna().any():
-        ax.axvline(x_floor, color=COLOURS["failed"], linewidth=0.6, linestyle=":", zorder=1)
-    if y in failed and failed[y].isna().any():
-        ax.axhline(y_floor, color=COLOURS["failed"], linewidth=0.6, linestyle=":", zorder=1)
+    n_failed = int((frame["status"] == "failed").sum())
+    if n_failed:
+        ax.scatter(
+            [],
+            [],
+            c=COLOURS["failed"],
+            marker="x",
+            label=f"failed, not plotted (no trusted value): {n_failed}",
+        )
+        ax.text(
+            0.0,
+            -0.13,
+            "failed: " + failure_list(frame),
+            transform=ax.transAxes,
+            fontsize=8,
+            color=COLOURS["failed"],
+            va="top",
+            wrap=True,
+        )
     ax.set_xlabel(_label(x))
     ax.set_ylabel(_label(y))
     ax.set_title(title or f"{_label(x)} vs {_label(y)}: {len(frame)} trials")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 if (n_failed or context) else 0, 1, 1))
+    _caption(fig, context)
     return fig
 
 
@@ -168,74 +194,49 @@ def _label_front(ax: Any, front: pd.DataFrame, x: str, y: str) -> None:
         )
 
 
-def pareto_plotly(frame: pd.DataFrame, metrics: Sequence[str] | None = None) -> Any:
-    """The same scatter in plotly, with every knob in the hover text (None without plotly)."""
-    try:
-        import plotly.graph_objects as go
-    except ImportError:
-        return None
-    x, y = _axes_metrics(frame, metrics)
-    fig = go.Figure()
-    for status in ("failed", "infeasible", "feasible"):
-        part = frame[frame["status"] == status]
-        if part.empty:
-            continue
-        hover = [
-            f"trial {r['trial']}{' (Pareto)' if r['pareto'] else ''}<br>{r['knobs']}<br>"
-            f"{r['failure'] or status}<br>{_label(x)}: {r[x]}<br>{_label(y)}: {r[y]}"
-            for _, r in part.iterrows()
-        ]
-        fig.add_trace(
-            go.Scatter(
-                x=part[x].fillna(_floor(frame[x])),
-                y=part[y].fillna(_floor(frame[y])),
-                mode="markers",
-                name=status,
-                text=hover,
-                hoverinfo="text",
-                marker={
-                    "color": COLOURS[status],
-                    "symbol": "x" if status == "failed" else "circle",
-                    "size": [14 if p else 9 for p in part["pareto"]],
-                    "line": {"width": [2 if p else 0 for p in part["pareto"]], "color": "black"},
-                },
-            )
-        )
-    fig.update_layout(xaxis_title=_label(x), yaxis_title=_label(y), title="Pareto front (ringed)")
-    return fig
-
-
 def metric_vs_param_plot(
     frame: pd.DataFrame,
     param: str = "mem-fraction-static",
     metrics: Sequence[str] = ("output_throughput", "kv_tokens"),
+    *,
+    context: str | None = None,
 ) -> Figure:
-    """Each metric against one knob (mem-fraction-static by default), coloured by status."""
+    """Each metric against one knob (mem-fraction-static by default); failures in a strip at their value."""
     column = param if param in frame else f"param:{param}"
-    fig = Figure(figsize=(5.2 * len(metrics), 4))
-    axes = fig.subplots(1, len(metrics), squeeze=False)
-    for ax, metric in zip(axes[0], metrics, strict=False):
-        floor = _floor(frame[metric]) if metric in frame else 0.0
-        for status in ("failed", "infeasible", "feasible"):
+    failed = frame[frame["status"] == "failed"]
+    strip = not failed.empty and column in failed
+    fig = Figure(figsize=(5.2 * len(metrics), 4.8 if strip else 4))
+    axes = fig.subplots(
+        2 if strip else 1, len(metrics), squeeze=False, sharex="col", height_ratios=[4, 1] if strip else None
+    )
+    for i, metric in enumerate(metrics):
+        ax = axes[0][i]
+        for status in ("infeasible", "feasible"):
             part = frame[frame["status"] == status]
             if part.empty or column not in part:
                 continue
-            xs = pd.to_numeric(part[column], errors="coerce")
-            ys = pd.to_numeric(part[metric], errors="coerce").fillna(floor)
             ax.scatter(
-                xs,
-                ys,
+                pd.to_numeric(part[column], errors="coerce"),
+                pd.to_numeric(part[metric], errors="coerce"),
                 c=COLOURS[status],
-                marker="x" if status == "failed" else "o",
+                marker="o",
                 label=status,
-                clip_on=False,
             )
-        ax.set_xlabel(param)
         ax.set_ylabel(_label(metric))
         ax.grid(True, alpha=0.3)
+        if strip:
+            _failure_strip(
+                axes[1][i],
+                list(pd.to_numeric(failed[column], errors="coerce")),
+                list(failed["failure"]),
+                param,
+            )
+        else:
+            ax.set_xlabel(param)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"metrics vs {param}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05 if context else 0, 1, 1))
+    _caption(fig, context)
     return fig
 
 
@@ -266,27 +267,32 @@ def latency_plot(requests: pd.DataFrame, *, trials: Sequence[int] | None = None)
 
 
 def history_plot(
-    frame: pd.DataFrame, metrics: Sequence[str] | None = None, directions: Sequence[str] | None = None
+    frame: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    directions: Sequence[str] | None = None,
+    *,
+    context: str | None = None,
 ) -> Figure:
-    """Each objective by trial number, with the best feasible value so far."""
+    """Each objective by trial number, with the best feasible value so far; failures in a strip below."""
     names = list(metrics or frame.attrs.get("metric_names") or ("output_throughput", "kv_tokens"))
     dirs = list(directions or frame.attrs.get("directions") or ["maximize"] * len(names))
-    fig = Figure(figsize=(9, 3 * len(names)))
-    axes = fig.subplots(len(names), 1, squeeze=False, sharex=True)
     ordered = frame.sort_values("trial")
+    failed = ordered[ordered["status"] == "failed"]
+    rows = len(names) + (0 if failed.empty else 1)
+    fig = Figure(figsize=(9, 3 * len(names) + (1 if rows > len(names) else 0)))
+    ratios = [3] * len(names) + ([1] if rows > len(names) else [])
+    axes = fig.subplots(rows, 1, squeeze=False, sharex=True, height_ratios=ratios)
     for ax, metric, direction in zip(axes[:, 0], names, dirs, strict=False):
-        floor = _floor(ordered[metric])
-        for status in ("failed", "infeasible", "feasible"):
+        for status in ("infeasible", "feasible"):
             part = ordered[ordered["status"] == status]
             if part.empty:
                 continue
             ax.scatter(
                 part["trial"],
-                pd.to_numeric(part[metric], errors="coerce").fillna(floor),
+                pd.to_numeric(part[metric], errors="coerce"),
                 c=COLOURS[status],
-                marker="x" if status == "failed" else "o",
+                marker="o",
                 label=status,
-                clip_on=False,
             )
         best, line = (-math.inf if direction == "maximize" else math.inf), []
         for _, rec in ordered.iterrows():
@@ -300,7 +306,11 @@ def history_plot(
         ax.set_ylabel(_label(metric))
         ax.grid(True, alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    axes[-1][0].set_xlabel("trial")
+    if not failed.empty:
+        _failure_strip(axes[-1][0], list(failed["trial"]), list(failed["failure"]), "trial")
+    else:
+        axes[-1][0].set_xlabel("trial")
     fig.suptitle("optimisation history")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04 if context else 0, 1, 1))
+    _caption(fig, context)
     return fig

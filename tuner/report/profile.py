@@ -26,6 +26,7 @@ from tuner.store.codec import REDACTED, is_secret_env, is_secret_flag, redact_ar
 __all__ = ["FORMATS", "launch_flags", "render", "render_json", "render_sh", "render_yaml", "split_launcher"]
 
 FORMATS = ("sh", "yaml", "json")
+DEFAULT_PORT = 30000  # what an exported script listens on unless PORT is set: SGLang's own default
 _ADDRESS = ("--host", "--port")
 _SAFE_DEFAULT = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
 _METRIC_LINES = (
@@ -120,6 +121,8 @@ def provenance(profile: Profile) -> list[str]:
                 lines.append(f"  {label}: {_spread_text(profile.confirmations[key], fmt)}")
     if profile.reason:
         lines.append(profile.reason)
+    lines.extend(profile.context)
+    lines.extend(profile.notes)
     return lines
 
 
@@ -158,7 +161,8 @@ def _flag_lines(flags: Sequence[str]) -> list[str]:
             continue
         if name in _ADDRESS and len(values) == 1 and _SAFE_DEFAULT.match(values[0]):
             var = name.lstrip("-").upper()
-            lines.append(f'{name} "${{{var}:-{values[0]}}}"')
+            default = str(DEFAULT_PORT) if name == "--port" else values[0]  # not the trial's random port
+            lines.append(f'{name} "${{{var}:-{default}}}"')
             continue
         lines.append(" ".join(_word(t) for t in group))
     return lines
@@ -171,7 +175,8 @@ def render_sh(profile: Profile, table: OptionTable) -> str:
     out = [
         "#!/usr/bin/env bash",
         _comment(provenance(profile)).rstrip("\n"),
-        "# Run as is; HOST=0.0.0.0 PORT=30000 bash this.sh to listen elsewhere.",
+        f"# Run as is (port {DEFAULT_PORT}, SGLang's default); HOST=0.0.0.0 PORT=8000 bash this.sh to listen "
+        "elsewhere.",
         "set -euo pipefail",
         "",
     ]
@@ -266,6 +271,8 @@ def profile_dict(profile: Profile, table: OptionTable | None = None) -> dict[str
             },
         },
         "selection": profile.reason or None,
+        "context": list(profile.context),
+        "notes": list(profile.notes),
     }
     if table is not None:
         data["launch_flags"] = list(launch_flags(profile, table))

@@ -15,7 +15,14 @@ from rich.table import Table
 from tuner.config import Outcome
 from tuner.errors import ReportError
 from tuner.report.detail import failures_by_class
-from tuner.report.frame import StudyData, load_study_data, param_legend, trials_frame
+from tuner.report.frame import (
+    StudyData,
+    load_study_data,
+    measurements,
+    median_measurements,
+    param_legend,
+    trials_frame,
+)
 from tuner.report.pareto import pareto_front
 from tuner.store.sql import SqlStore
 
@@ -67,14 +74,15 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
         mark = "*" if rec["pareto"] else ""
         reused = f"same launch as #{int(rec['reused_from'])}" if _present(rec["reused_from"]) else ""
         message = str(rec["failure_message"]) if _present(rec["failure_message"]) else ""
+        values, spread = _with_repeats(data, int(rec["trial"]), rec)
         table.add_row(
             f"{rec['trial']}{mark}",
             f"[{style}]{status}[/{style}]",
             rec["knobs"],
-            _num(rec.get("kv_tokens")),
-            _num(rec.get("output_throughput")),
-            _num(rec.get("min_free_vram_mib")),
-            reused or (message.splitlines() or [""])[0][:120],
+            _num(values.get("kv_tokens")),
+            _num(values.get("output_throughput")),
+            _num(values.get("min_free_vram_mib")),
+            spread or reused or (message.splitlines() or [""])[0][:120],
         )
     console.print(table)
     legend = param_legend(frame.attrs.get("params", []))
@@ -142,6 +150,18 @@ def search_summary(data: StudyData) -> str:
     if free_err:
         parts.append(f"free VRAM within {statistics.median(free_err):,.0f} MiB (median of {len(free_err)})")
     return "search: " + "; ".join(parts) if (pruned or repeats or kv_err) else ""
+
+
+def _with_repeats(data: StudyData, number: int, rec: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A trial's values, as medians when it was re-measured, and its throughput spread."""
+    row = data.row_of(number)
+    repeats = [r for r in data.rows if row is not None and r.confirm_of == row.id and r.outcome.measured]
+    if row is None or not repeats:
+        return rec, ""
+    runs = [measurements(r) for r in (row, *repeats) if r.outcome.measured]
+    tput = [v for m in runs if (v := m.get("output_throughput")) is not None]
+    spread = f"median of {len(runs)} runs; out tok/s {min(tput):,.1f}–{max(tput):,.1f}" if tput else ""
+    return median_measurements(data, row), spread
 
 
 def _present(value: object) -> bool:

@@ -19,6 +19,7 @@ from tuner.config import FlagValue, TrialConfig
 from tuner.errors import ConfigError, FlagError
 from tuner.sglang.options import ArgvError, OptionSpec, OptionTable, build_parser
 from tuner.sglang.renames import (
+    CANONICAL_KINDS,
     PHASE_OFF,
     WORKING_KINDS,
     canonical,
@@ -31,7 +32,14 @@ from tuner.sglang.renames import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["config_to_argv", "config_yaml", "render_flags", "replacement", "validate_flags"]
+__all__ = [
+    "config_to_argv",
+    "config_yaml",
+    "current_spelling",
+    "render_flags",
+    "replacement",
+    "validate_flags",
+]
 
 # Knob -> the dests that hold it, newest first.
 _MEM = ("mem_fraction_static",)
@@ -108,18 +116,49 @@ def _knob_flag(table: OptionTable, dests: tuple[str, ...], knob: str) -> str:
 
 
 def _graphs_off(table: OptionTable) -> tuple[str, ...]:
-    # --disable-cuda-graph works on the command line of every known release
-    # (deprecated but accepted from 0.5.14); a release without it gets the
-    # per-phase switches, which together mean the same.
-    legacy = canonical(table, "disable_cuda_graph", WORKING_KINDS)
+    # The release's own, non-deprecated spelling: --disable-cuda-graph up to 0.5.13; from 0.5.14,
+    # where that switch only survives as deprecated (with a warning), the per-phase switches, which
+    # together mean the same. The deprecated switch only for a release that has nothing else.
+    legacy = canonical(table, "disable_cuda_graph", ("store_true",))
     if legacy:
         return (legacy,)
-    if all(usable(table, flag) for flag in PHASE_OFF):
+    if all(_current(table, flag) for flag in PHASE_OFF):
         return PHASE_OFF
+    deprecated = canonical(table, "disable_cuda_graph", WORKING_KINDS)
+    if deprecated:
+        return (deprecated,)
     raise FlagError(
         f"cuda_graph.enabled=False: SGLang {table.version} has neither --disable-cuda-graph "
         f"nor {' and '.join(PHASE_OFF)} (table: {table.source})"
     )
+
+
+def _current(table: OptionTable, flag: str) -> bool:
+    """`flag` works in `table`'s release and is not deprecated there."""
+    spec = table.find(flag)
+    return spec is not None and spec.kind in CANONICAL_KINDS
+
+
+def current_spelling(flag: str, table: OptionTable) -> tuple[str, ...]:
+    """The non-deprecated spelling(s) of `flag` in `table`'s release; `(flag,)` when it is current.
+
+    An alias becomes its dest's canonical option; a deprecated switch its canonical twin (or, for
+    --disable-cuda-graph, the per-phase switches). Anything else is returned as given, for
+    validate_flags to judge in the release's own words.
+    """
+    spec = table.find(flag)
+    if spec is None or not spec.is_deprecated or spec.kind == "removed":
+        return (flag,)
+    if spec.kind == "alias":
+        found = canonical(table, spec.dest, ("store",))
+        return (found,) if found else (flag,)
+    if spec.kind == "deprecated_store_true":
+        twin = canonical(table, spec.dest, ("store_true",))
+        if twin:
+            return (twin,)
+        if spec.dest == "disable_cuda_graph" and all(_current(table, f) for f in PHASE_OFF):
+            return PHASE_OFF
+    return (flag,)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
@@ -133,14 +172,17 @@ def _flag_tokens(name: str, value: FlagValue, table: OptionTable) -> tuple[str, 
             f"words joined by '-' (e.g. {hint!r})"
         )
     flag = f"--{name}"
+    spelled = current_spelling(flag, table)
     if isinstance(value, bool):
         if value:
-            return (flag,)
+            return spelled
         negative = f"--no-{name}"
         spec = table.find(flag)
         if spec is not None and spec.kind == "bool_optional" and negative in spec.opts:
             return (negative,)
         return ()
+    if len(spelled) == 1:
+        flag = spelled[0]
     if isinstance(value, tuple):
         return (flag, *(_text(v) for v in value))
     return (flag, _text(value))
@@ -368,22 +410,3 @@ def min_gpus(argv_flags: Sequence[str], table: OptionTable) -> int:
     pp = ns.get("pp_size", ns.get("pipeline_parallel_size", 1)) or 1
     nodes = ns.get("nnodes", 1) or 1
     return max(1, -(-int(tp) * int(pp) // int(nodes)))
-
-
-def gpus_per_launch(argv_flags: Sequence[str], table: OptionTable) -> int:
-    """GPUs one launch occupies on this node: tp x pp x dp / nnodes.
-
-    Data-parallel replicas each take tp x pp GPUs, except with DP attention, where the DP ranks
-    share the tensor-parallel GPUs. Used to cut a node into disjoint GPU sets for parallel trials.
-    """
-    try:
-        ns = vars(build_parser(table).parse_args(list(argv_flags)))
-    except ArgvError:
-        return 1
-    tp = ns.get("tp_size", ns.get("tensor_parallel_size", 1)) or 1
-    pp = ns.get("pp_size", ns.get("pipeline_parallel_size", 1)) or 1
-    dp = ns.get("dp_size", ns.get("data_parallel_size", 1)) or 1
-    if ns.get("enable_dp_attention"):
-        dp = 1
-    nodes = ns.get("nnodes", 1) or 1
-    return max(1, -(-int(tp) * int(pp) * int(dp) // int(nodes)))

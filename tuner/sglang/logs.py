@@ -10,6 +10,7 @@ server's lines (with the stage and attention backend its tracebacks prove, log_b
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -44,12 +45,19 @@ def is_fatal(line: str) -> bool:
     return isinstance(event, FailureLine) and event.fatal
 
 
+KV_CANARY_MARK = "kv_canary violation"  # SGLang 0.5.13+ with `--kv-canary log`: one line per violation
+
+
 def nan_lines(lines: Iterable[str]) -> list[str]:
-    """The lines reporting NaN/inf in logits or probabilities, ANSI-stripped."""
+    """The lines reporting NaN/inf in logits or probabilities, or a KV-cache canary violation, ANSI-stripped.
+
+    The canary (`--kv-canary log`, with `--kv-canary-real-data partial|all` also hashing the real KV
+    bytes) is SGLang's own detector of KV-cache corruption; the gate reads its lines as garbage.
+    """
     out = []
     for line in lines:
         event = parse_line(line)
-        if isinstance(event, FailureLine) and event.kind is FailureKind.NAN:
+        if (isinstance(event, FailureLine) and event.kind is FailureKind.NAN) or KV_CANARY_MARK in line:
             out.append(strip_ansi(line).rstrip())
     return out
 
@@ -181,6 +189,8 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     if best is None:
         return _unrecognised(clean, traceback, frames_say, state, exit_code, phase)
     _, i, event, before = best
+    if event.kind.is_teardown and traceback is None and killed_by_signal(exit_code) is not None:
+        return _killed_from_outside(clean, exit_code, f"only teardown lines: {event.line.strip()}")
     if event.kind is FailureKind.CHILD_EXCEPTION:  # the traceback's last line says what broke
         if (j := _exception_after(clean, i)) is not None:
             i, event = j, replace(event, detail=clean[j].strip())
@@ -210,6 +220,8 @@ def _unrecognised(
     phase: Phase,
 ) -> FailureVerdict:
     """No line with a signature: a traceback cut before its error line, or nothing at all."""
+    if traceback is None and killed_by_signal(exit_code) is not None:
+        return _killed_from_outside(clean, exit_code, "no error in its log")
     if traceback is None:
         return FailureVerdict(
             outcome=Outcome.CRASHED,
@@ -235,6 +247,37 @@ def _unrecognised(
     )
 
 
+def killed_by_signal(exit_code: int | None) -> signal.Signals | None:
+    """The signal that ended the server (-N, or 128+N from a shell), if any."""
+    if exit_code is None:
+        return None
+    number = -exit_code if exit_code < 0 else exit_code - 128 if 128 < exit_code < 160 else None
+    if number is None:
+        return None
+    try:
+        return signal.Signals(number)
+    except ValueError:
+        return None
+
+
+def _killed_from_outside(clean: Sequence[str], exit_code: int | None, what: str) -> FailureVerdict:
+    """A death by signal that the log does not explain: the machine's doing until proven otherwise.
+
+    An out-of-memory, a fatal error, a failed capture or NaN would have left its line; without one
+    the configuration is not blamed (an operator's kill, the host's OOM killer, a node going down),
+    and the trial is retried once.
+    """
+    sig = killed_by_signal(exit_code)
+    name = sig.name if sig is not None else "a signal"
+    return FailureVerdict(
+        outcome=Outcome.INFRA_ERROR,
+        message=_one_line(
+            f"server killed by {name} from outside ({what}): not blamed on the configuration, retried"
+        ),
+        excerpt="\n".join(clean[-20:]),
+    )
+
+
 def _cut_traceback(lines: Sequence[str], t: int) -> str:
     """What a traceback starting at line t shows when the log stops before its error line."""
     _, end = block_bounds(lines, t)
@@ -253,8 +296,13 @@ def _priority(event: FailureLine) -> int:
     return 3 if event.kind.is_teardown else 2
 
 
+_PORT_TAKEN = re.compile(r"address already in use|Errno 98\b", re.I)
+
+
 def _verdict(event: FailureLine, stage: str, exit_code: int | None) -> tuple[Outcome, str]:
     kind, detail = event.kind, event.detail
+    if not kind.is_root_cause and _PORT_TAKEN.search(detail):
+        return Outcome.INFRA_ERROR, f"the server's port was taken by another process: {detail}"
     if kind is FailureKind.BAD_ARGS and exit_code in (2, None):
         return Outcome.BAD_FLAG, f"SGLang rejected the arguments: {detail}"
     if kind is FailureKind.NOT_ENOUGH_MEMORY:

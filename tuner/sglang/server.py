@@ -11,19 +11,19 @@ counts as a crash even before the exit.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import httpx
 
 from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts
 from tuner.errors import LaunchError
+from tuner.private import open_private, private_dir
 from tuner.sglang import logs
 from tuner.sglang.log_events import Ready
 from tuner.sglang.log_parse import parse_line
@@ -38,9 +38,16 @@ TAIL_LINES = 4000
 class ServerProcess:
     """A launched SGLang (or stand-in) server and everything known about it."""
 
-    def __init__(self, spec: LaunchSpec, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        scrub: Callable[[str], str] | None = None,
+    ) -> None:
         self.spec = spec
         self._clock = clock
+        self._scrub = scrub  # applied to every line before it is kept or written (secrets the server echoes)
         self._lock = threading.Lock()
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._count = 0
@@ -57,14 +64,21 @@ class ServerProcess:
 
     # -- launch ---------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Launch the server. Raises PortInUseError / LaunchError (infrastructure, not the config)."""
+    def start(self, *, extra_env: Sequence[tuple[str, str]] = ()) -> None:
+        """Launch the server. Raises PortInUseError / LaunchError (infrastructure, not the config).
+
+        `extra_env` is added to the server's environment (not to its launch key): the live record's marker.
+        """
         spec = self.spec
         ensure_port_free(spec.host, spec.port)
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = spec.log_path.open("a", encoding="utf-8", buffering=1)
+        try:
+            private_dir(spec.log_path.parent)
+            self._log_file = open_private(spec.log_path)
+        except OSError as exc:
+            raise LaunchError(f"cannot write the server log {spec.log_path}: {exc.strerror or exc}") from exc
         env = dict(os.environ)
         env.update(dict(spec.env))
+        env.update(dict(extra_env))
         if spec.gpus:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the NVML index order the probe uses
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
@@ -86,6 +100,8 @@ class ServerProcess:
 
     def _on_line(self, line: str) -> None:
         now = self._clock()
+        if self._scrub is not None:
+            line = self._scrub(line)
         event = parse_line(line)
         with self._lock:
             self._tail.append(line)
@@ -100,8 +116,13 @@ class ServerProcess:
             if self.fatal_at is None and logs.is_fatal(line):
                 self.fatal_at = now
         if self._log_file is not None:
-            with contextlib.suppress(ValueError):  # closed during teardown
+            try:
                 self._log_file.write(line + "\n")
+            except ValueError:  # closed during teardown
+                pass
+            except OSError as exc:  # disk full: keep reading (the server must not block on its pipe)
+                log.error("cannot write the server log %s: %s", self.spec.log_path, exc)
+                self._close_log()
         if self.fatal_at == now:
             self.died.set()
 
@@ -151,10 +172,13 @@ class ServerProcess:
 
     # -- readiness ------------------------------------------------------------------------------
 
-    def wait_ready(self, on_stage: Callable[[str], None] | None = None) -> ServerFacts | Failure:
+    def wait_ready(
+        self, on_stage: Callable[[str], None] | None = None, check: Callable[[], None] | None = None
+    ) -> ServerFacts | Failure:
         """Block until ready (ServerFacts) or until the launch failed (Failure), whichever first.
 
-        `on_stage` hears the startup stage the log shows (load, kv, capture, warmup) as it changes.
+        `on_stage` hears the startup stage the log shows (load, kv, capture, warmup) as it changes;
+        `check` is called on every poll (a safe point: it may raise to stop waiting).
         """
         if self._group is None or self._started_at is None:
             raise LaunchError("wait_ready() before start()")
@@ -163,6 +187,8 @@ class ServerProcess:
         health_path = "/ready" if version_key(self.spec.sglang_version) >= (0, 5, 20, 0) else "/health"
         with httpx.Client(base_url=self.spec.base_url, timeout=httpx.Timeout(10.0, connect=2.0)) as client:
             while True:
+                if check is not None:
+                    check()
                 failure = self._launch_failure()
                 if failure is not None:
                     return failure
@@ -291,4 +317,34 @@ def _kv_tokens(info: dict[str, Any]) -> int | None:
         cap = mem.get("token_capacity") if isinstance(mem, dict) else None
         if isinstance(cap, (int, float)):
             return int(cap)
+    return None
+
+
+def server_info(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """/server_info (or /get_server_info before 0.5.6) of a running server; None if neither answers."""
+    with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False) as client:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                resp = client.get(path)
+                data = resp.json() if resp.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                continue
+            if isinstance(data, dict):
+                return data
+    return None
+
+
+def captured_sizes(base_url: str) -> tuple[int, ...] | None:
+    """The CUDA-graph batch sizes a running server was started with (its server args); None if unknown."""
+    info = server_info(base_url) or {}
+    if info.get("disable_cuda_graph") or info.get("disable_decode_cuda_graph"):
+        return None
+    for key in ("cuda_graph_bs_decode", "cuda_graph_bs"):
+        sizes = info.get(key)
+        if isinstance(sizes, list) and sizes and all(isinstance(b, int) for b in sizes):
+            return tuple(sizes)
+    for key in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"):
+        top = info.get(key)
+        if isinstance(top, int) and top > 0:
+            return (top,)
     return None

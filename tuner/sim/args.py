@@ -19,6 +19,8 @@ _INJECT_TYPES: dict[str, type] = {
     "ignore_sigterm": int,
     "orphan_child": int,
     "startup_delay_s": float,
+    "drift_at": int,
+    "kv_canary_violation": int,
 }
 _HANG_POINTS = ("load", "capture")
 
@@ -33,6 +35,8 @@ class Injections:
     ignore_sigterm: bool = False
     orphan_child: bool = False
     startup_delay_s: float = 0.0
+    drift_at: int | None = None  # greedy answers differ from token N on: corruption no keyword check sees
+    kv_canary_violation: bool = False  # log one KV-canary violation (SGLang 0.5.13+ `--kv-canary log`)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,7 +114,7 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
                 raise SimFlagError(f"argument --sim-noise: expected a percentage in [0, 10] (got {value})")
         else:
             raise SimFlagError(f"unrecognized arguments: {name}")
-    for flag in ("ignore_sigterm", "orphan_child"):
+    for flag in ("ignore_sigterm", "orphan_child", "kv_canary_violation"):
         if flag in injects:
             injects[flag] = bool(injects[flag])
     return SimOptions(inject=Injections(**injects), **values), rest

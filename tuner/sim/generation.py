@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -14,6 +15,8 @@ from tuner.sim import text
 from tuner.sim.engine import DONE, EngineError, Request
 from tuner.sim.replies import DONE_EVENT, STATE, busy, error_response, json_body, json_response, sse
 from tuner.sim.state import ServerState
+
+log = logging.getLogger(__name__)
 
 
 async def _tokens(state: ServerState, req: Request) -> AsyncIterator[str]:
@@ -52,6 +55,17 @@ def _make_request(
         temperature=temperature,
         request_seed=int(body.get("seed") or uuid.uuid4().int & 0xFFFFFFFF),
     )
+    if state.drift_at is not None and temperature == 0 and len(answer.pieces) > state.drift_at:
+        pieces = list(answer.pieces)
+        pieces[state.drift_at :] = [" drift"] * (len(pieces) - state.drift_at)
+        answer = replace(answer, pieces=tuple(pieces))
+    if state.kv_canary_violation:
+        state.kv_canary_violation = False
+        log.warning(
+            "kv_canary violation: launch_tag=HEAD fail_reason=verify_real_kv_hash slot_idx=17 position=5 "
+            "stored_token=100 expected_token=100 stored_chain_hash=0x00000000000000aa "
+            "expected_aux=0x00000000000000ab"
+        )
     return Request(prompt_tokens=max(1, prompt_tokens), answer=answer)
 
 

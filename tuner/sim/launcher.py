@@ -219,7 +219,13 @@ async def _serve(
         logfmt.kv_summary(launch, plan.kv_tokens, engine.max_running, scenario.model.context_len, avail_mib)
     )
     state = ServerState(
-        scenario=scenario, launch=launch, plan=plan, engine=engine, argv=("python", "-m", "tuner.sim", *argv)
+        scenario=scenario,
+        launch=launch,
+        plan=plan,
+        engine=engine,
+        argv=("python", "-m", "tuner.sim", *argv),
+        drift_at=sim.inject.drift_at,
+        kv_canary_violation=sim.inject.kv_canary_violation,
     )
     _handle_signals(state, stop, child, ignore_sigterm=sim.inject.ignore_sigterm)
     engine_task = asyncio.create_task(engine.run())

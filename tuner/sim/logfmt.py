@@ -119,13 +119,11 @@ def prefill_batch(
     )
     if at_least(version, "0.5.20"):
         return (
-            head
-            + f"#running-req: {running}, #queue-req: {queued}, #pending-token: 0, cuda graph: False, "
+            head + f"#running-req: {running}, #queue-req: {queued}, #pending-token: 0, cuda graph: False, "
             f"input throughput (token/s): {in_tok_s:.2f}"
         )
     return (
-        head
-        + f"#running-req: {running}, #queue-req: {queued}, "
+        head + f"#running-req: {running}, #queue-req: {queued}, "
         f"input throughput (token/s): {in_tok_s:.2f}, cuda graph: False"
     )
 

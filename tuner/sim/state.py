@@ -24,3 +24,5 @@ class ServerState:
     active_http: int = 0
     requests_total: int = 0
     started_s: float = field(default_factory=time.time)
+    drift_at: int | None = None  # injected: greedy answers differ from this token on
+    kv_canary_violation: bool = False  # injected: log one KV-canary violation at the first request

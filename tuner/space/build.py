@@ -28,6 +28,7 @@ from tuner.space.params import (
     Target,
     condition_holds,
     encode_value,
+    mem_fraction_problem,
     same_value,
     show_choice,
 )
@@ -181,7 +182,7 @@ def _check_mem_fraction(sec: Section, param: Param) -> None:
             raise sec.error("high", f"high must be ≤ 1.0 (got {param.high:g})")
     elif param.kind is ParamKind.CATEGORICAL:
         for c in param.choices:
-            if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c <= 1.0:
+            if mem_fraction_problem(c):
                 raise sec.error("choices", f"choices must be numbers in (0, 1] (got {show_choice(c)})")
     else:
         raise sec.error(

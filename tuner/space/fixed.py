@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from tuner.config import FlagValue
 from tuner.sglang.knobs import FlagContext, check_value, find_flag, owner_of, unknown_flag_message
-from tuner.space.params import Param, Target
+from tuner.space.params import Param, Target, fixed_value_problem
 from tuner.space.source import Section, show
 
 SECRET_KEY = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -107,7 +107,7 @@ def parse_fixed_flags(
         value = sec.raw(key)
         if isinstance(value, str):
             value = _expand(sec, key, value, environ)
-        problem = check_value(spec, value)
+        problem = check_value(spec, value) or fixed_value_problem(spec.dest, value)
         if problem:
             raise sec.error(key, f"--{key}: {problem} (got {show(value)})")
         if isinstance(value, float) and not math.isfinite(value):

@@ -156,6 +156,44 @@ def encode_cuda_graph(raw: Any) -> str:
     raise ValueError("off, on, a max batch size (integer) or a list of batch sizes")
 
 
+def mem_fraction_problem(value: object) -> str | None:
+    """Why `value` is not a --mem-fraction-static (a number in (0, 1]), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1.0:
+        return "expected a number in (0, 1]"
+    return None
+
+
+# Parallelism sizes: a count of GPUs or nodes, so at least 1 (min_gpus multiplies them).
+POSITIVE_DESTS = frozenset(
+    {
+        *("tp_size", "pp_size", "dp_size", "ep_size", "nnodes"),
+        *("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "expert_parallel_size"),
+    }
+)
+_BS_DESTS = frozenset({"cuda_graph_bs", "cuda_graph_bs_decode"})
+_MAX_BS_DESTS = frozenset({"cuda_graph_max_bs", "cuda_graph_max_bs_decode"})
+
+
+def fixed_value_problem(dest: str, value: object) -> str | None:
+    """Why a fixed flag's value is outside the range the same knob has as a param, or None.
+
+    The option table checks types; this adds the tuner's own ranges: a memory fraction in (0, 1],
+    CUDA-graph batch sizes ≥ 1 (ascending lists), parallel sizes ≥ 1.
+    """
+    if dest == "mem_fraction_static":
+        return mem_fraction_problem(value)
+    try:
+        if dest in _MAX_BS_DESTS and isinstance(value, int):
+            encode_cuda_graph(value)
+        elif dest in _BS_DESTS and isinstance(value, (list, tuple)):
+            _batch_list(list(value))
+    except ValueError as exc:
+        return f"expected {exc}"
+    if dest in POSITIVE_DESTS and isinstance(value, int) and not isinstance(value, bool) and value < 1:
+        return "expected a whole number ≥ 1"
+    return None
+
+
 def _batch_list(items: list[Any]) -> list[int]:
     if not items:
         raise ValueError("a non-empty list of batch sizes")

@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from tuner.bench.settings import BenchSettings
-from tuner.config import LaunchTimeouts
+from tuner.config import MAX_GPU_INDEX, LaunchTimeouts
 from tuner.errors import ConfigError
 from tuner.gate.settings import GateSettings
 from tuner.metrics import DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, direction_of
@@ -170,11 +170,19 @@ class Slo(Settings):
 
 
 class Budget(Settings):
-    """When a study stops: a number of trials and/or a wall-clock limit."""
+    """When a study stops: a number of trials and/or a wall-clock limit, or a machine that keeps failing.
+
+    After an infrastructure fault (port taken, GPUs held, server killed from outside) the next
+    trial waits `infra_backoff_s`, doubling up to `infra_backoff_max_s`; after
+    `max_infra_failures` in a row the run stops (the study stays resumable).
+    """
 
     n_trials: int | None = Field(default=None, ge=1)
     timeout_s: Duration | None = Field(default=None, validation_alias="timeout")
     parallel: int = Field(default=1, ge=1)  # trials at once on one node, on disjoint GPU sets
+    max_infra_failures: int = Field(default=3, ge=1)
+    infra_backoff_s: Duration = Field(default=2.0, validation_alias="infra_backoff")
+    infra_backoff_max_s: Duration = Field(default=60.0, validation_alias="infra_backoff_max")
 
 
 class SamplerSpec(Settings):
@@ -218,7 +226,7 @@ def _gpus(value: object) -> object:
     if value in ("all", None):
         return ()
     if not isinstance(value, list) or any(
-        isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in value
+        isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= MAX_GPU_INDEX for g in value
     ):
         raise mistake(f"expected all or a list of GPU indices such as [0, 1] (got {show(value)})")
     if len(set(value)) != len(value):

@@ -9,7 +9,9 @@ The run settings are validated by their models (tuner.space.validation); the sea
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,14 +48,44 @@ class Source:
         return ConfigError(f"{prefix}{message} in {self.where(node)}")
 
 
+MAX_BYTES = 1 << 20  # a space file is a page of settings; more is a mistake (or /dev/zero)
+MAX_DEPTH = 64  # nesting of mappings and lists; a real space needs about 6
+# Tags a space file may carry: YAML's own plain types. Anything else (!!python/object/apply, custom
+# tags) is refused before any value is built.
+SAFE_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "binary", "merge", "value")
+)
+
+
+def read_text(path: Path, display: str) -> str:
+    """The file's text: a regular file of at most MAX_BYTES of UTF-8, else ConfigError."""
+    try:
+        with path.open("rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ConfigError(f"cannot read space file {display}: not a regular file")
+            data = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read space file {display}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_BYTES:
+        raise ConfigError(f"space file is larger than {MAX_BYTES // 1024} KiB in {display}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"space file is not UTF-8 text (byte 0x{data[exc.start]:02x}) in {display}:{line}"
+        ) from None
+
+
 def read_source(path: str | Path) -> Source:
     """Compose the YAML of `path` into nodes, keeping marks; the root must be a mapping."""
     path = Path(path)
     display = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read space file {display}: {exc.strerror or exc}") from exc
+    text = read_text(path, display)
+    if "\x00" in text:
+        nul_line = text[: text.index("\x00")].count("\n") + 1
+        raise ConfigError(f"space file holds a NUL byte (a binary file?) in {display}:{nul_line}")
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -61,11 +93,39 @@ def read_source(path: str | Path) -> Source:
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"not valid YAML ({problem}) in {display}{line}") from exc
+    except RecursionError:
+        too_deep = f"nested too deeply (more than {MAX_DEPTH} levels)"
+        raise ConfigError(f"space file is {too_deep} in {display}") from None
+    if root is not None:
+        _check_nodes(root, display)
     if root is None:
         raise ConfigError(f"space file is empty; expected a mapping of settings in {display}:1")
     if not isinstance(root, MappingNode):
         raise ConfigError(f"space file must be a mapping of settings in {display}:{root.start_mark.line + 1}")
     return Source(path, display, root)
+
+
+def _check_nodes(root: Node, display: str) -> None:
+    """Refuse tags other than YAML's plain types and nesting deeper than MAX_DEPTH (no recursion)."""
+    stack: list[tuple[Node, int]] = [(root, 1)]
+    seen: set[int] = set()
+    while stack:
+        node, depth = stack.pop()
+        where = f"{display}:{node.start_mark.line + 1}"
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"space file is nested too deeply (more than {MAX_DEPTH} levels) in {where}")
+        if node.tag not in SAFE_TAGS:
+            raise ConfigError(
+                f"YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')} is not allowed: a space file "
+                f"holds plain values (strings, numbers, booleans, lists, mappings) in {where}"
+            )
+        if id(node) in seen:  # an alias: already checked
+            continue
+        seen.add(id(node))
+        if isinstance(node, MappingNode):
+            stack.extend((part, depth + 1) for pair in node.value for part in pair)
+        elif isinstance(node, SequenceNode):
+            stack.extend((item, depth + 1) for item in node.value)
 
 
 def _join(prefix: str, key: str) -> str:

@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 from tuner.config import TrialResult, Verdict
 from tuner.errors import ConfigError, StoreError
 from tuner.store.codec import loads, redact_argv, redact_env
+from tuner.store.preflight import check_database, foreign_tables
 from tuner.store.rows import StoredTrial, request_rows, stored_trial, trial_row
 from tuner.store.schema import (
     SCHEMA_VERSION,
@@ -159,9 +160,14 @@ def _cause(exc: BaseException) -> str:
 class SqlStore:
     """ResultStore on a SQLAlchemy database; opening it creates or checks the tuner's tables."""
 
-    def __init__(self, url: str, *, hostname: str | None = None, pid: int | None = None) -> None:
+    def __init__(
+        self, url: str, *, hostname: str | None = None, pid: int | None = None, create: bool = True
+    ) -> None:
+        """`create=False` (status, reports, exports): the database must exist and be the tuner's."""
         self.url = url
         self._shown = mask_url(url)
+        self._create = create
+        check_database(url, create=create)
         self._hostname = hostname if hostname is not None else socket.gethostname()
         self._pid = pid if pid is not None else os.getpid()
         self._engine = make_engine(url)
@@ -199,6 +205,8 @@ class SqlStore:
                     raise NewerSchemaError(current)
                 if current == SCHEMA_VERSION:
                     return current
+                if current is None:
+                    self._refuse_foreign(conn)
                 conn.rollback()
                 if conn.dialect.name == "sqlite":
                     # pysqlite runs DDL outside transactions: take the write lock first so
@@ -215,6 +223,24 @@ class SqlStore:
             if racing and may_retry:
                 return None
             raise
+
+    def _refuse_foreign(self, conn: sa.Connection) -> None:
+        """ConfigError for a database without the tuner's tables that another program uses (or, for a
+        read-only command, any database without them): nothing is written into it."""
+        inspector = sa.inspect(conn)
+        names = inspector.get_table_names()
+        tables = {name: {c["name"] for c in inspector.get_columns(name)} for name in names}
+        found = foreign_tables(tables, strict=conn.dialect.name == "sqlite")
+        if found:
+            raise ConfigError(
+                f"experiments database {self._shown}: holds tables of another program "
+                f"({', '.join(found[:6])}); use another database"
+            )
+        if not self._create:
+            raise ConfigError(
+                f"experiments database {self._shown}: no tuner tables there (not an experiments database, "
+                "or no study was run into it yet)"
+            )
 
     @contextmanager
     def _guard(self, action: str) -> Iterator[None]:

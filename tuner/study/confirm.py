@@ -66,7 +66,7 @@ def confirm(
     """Relaunch trial `trial` (or the --best choice) `repeats` times and record every run."""
     if repeats < 1:
         raise ConfigError(f"--repeats: expected at least 1 (got {repeats})")
-    with SqlStore(db_url) as store:
+    with SqlStore(db_url, create=False) as store:
         name = store.resolve_study(study, preferred=space.study_name)
         data = load_study_data(db_url, name)
         choice = select(

@@ -13,8 +13,27 @@ from pathlib import Path
 from tuner.engine import Engine
 from tuner.errors import ConfigError, FlagError
 from tuner.session import render_launch
-from tuner.sglang.flags import gpus_per_launch
+from tuner.sglang.options import ArgvError, OptionTable, build_parser
 from tuner.space.loader import SearchSpace, config_from_params, enumerate_choices
+
+
+def gpus_per_launch(argv_flags: Sequence[str], table: OptionTable) -> int:
+    """GPUs one launch occupies on this node: tp x pp x dp / nnodes.
+
+    Data-parallel replicas each take tp x pp GPUs, except with DP attention, where the DP ranks
+    share the tensor-parallel GPUs. Used to cut a node into disjoint GPU sets for parallel trials.
+    """
+    try:
+        ns = vars(build_parser(table).parse_args(list(argv_flags)))
+    except ArgvError:
+        return 1
+    tp = ns.get("tp_size", ns.get("tensor_parallel_size", 1)) or 1
+    pp = ns.get("pp_size", ns.get("pipeline_parallel_size", 1)) or 1
+    dp = ns.get("dp_size", ns.get("data_parallel_size", 1)) or 1
+    if ns.get("enable_dp_attention"):
+        dp = 1
+    nodes = ns.get("nnodes", 1) or 1
+    return max(1, -(-int(tp) * int(pp) * int(dp) // int(nodes)))
 
 
 def gpus_per_trial(space: SearchSpace, engine: Engine) -> int:

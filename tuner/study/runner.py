@@ -33,10 +33,15 @@ from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.sglang.process import pid_alive
 from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
 from tuner.space.sampling import sampler_params
+from tuner.store.health import StoreWatch
+from tuner.store.preflight import check_database
 from tuner.store.sql import SqlStore
 from tuner.study import finalists
+from tuner.study.backoff import InfraBackoff
+from tuner.study.claims import claim_launch
+from tuner.study.durable import finish_recorded, store_guard
 from tuner.study.events import Hooks, RunSummary, TrialEvent
-from tuner.study.learn import NOT_LAUNCHED, policy_for, running_keys, sampler_seed, study_evidence
+from tuner.study.learn import NOT_LAUNCHED, policy_for, sampler_seed, study_evidence
 from tuner.study.storage import MAX_RETRIES, Heartbeat, ask_lock, lock_path, make_sampler, open_study
 from tuner.study.tell import Teller
 from tuner.study.warm import WarmStart
@@ -66,10 +71,14 @@ class StudyRunner:
         self.space = space
         self.db_url = db_url
         self.run_dir = Path(space.log_dir)
+        check_database(db_url, create=True)  # reliability: refuse a bad database before touching it
         self.lock = lock_path(db_url, self.run_dir)
         with ask_lock(self.lock):  # first creation of the tables must not race another worker
             self.store = SqlStore(db_url)
             self.study = open_study(space, db_url, study_name)
+        self.watch = StoreWatch(db_url)  # the file vanishing or replaced stops the run
+        self.backoff = InfraBackoff.from_budget(space.budget, INTERRUPTS.nap)
+        self._last_failure = ""
         self.name = self.study.study_name
         self.budget: int | None = n_trials or space.budget.n_trials
         self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
@@ -116,6 +125,9 @@ class StudyRunner:
             pid = attrs.get("pid")
             if isinstance(pid, int) and (pid == os.getpid() or pid_alive(pid)):
                 continue
+            # reliability: its row was written but its tell was lost: finish the tell
+            if finish_recorded(self.study, self.store, self.name, trial):
+                continue
             self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
             self._retry(trial, reason="worker died")
 
@@ -147,9 +159,14 @@ class StudyRunner:
         ran = idle = 0
         interrupted = False
         exhausted: str | None = None
-        with trial_session(self.space, progress=self.progress) as ctx:
+        with store_guard(self.store, self.watch), trial_session(self.space, progress=self.progress) as ctx:
             self._prepare(ctx)
             while not self.stop_requested.is_set():
+                # reliability: safe point of the loop (a stop asked between trials), store still there
+                self.watch.check()
+                if INTERRUPTS.requested:
+                    interrupted = True
+                    break
                 if self.timeout_s is not None and time.monotonic() - started > self.timeout_s:
                     log.info("time budget of %.0f s spent", self.timeout_s)
                     break
@@ -162,9 +179,11 @@ class StudyRunner:
                     outcome, launched = self._run_one(job, ctx)
                 ran += 1
                 idle = 0 if launched else idle + 1
+                self.watch.check()  # never announce a trial the store has lost
                 if outcome is Outcome.INTERRUPTED:
                     interrupted = True
                     break
+                self.backoff.after(outcome, self._last_failure)  # infrastructure faults: pause, cap
                 if idle >= self.space.search.max_pruned_asks:
                     exhausted = (
                         f"the last {idle} suggestions were all covered by failure rules, the memory model or "
@@ -172,12 +191,13 @@ class StudyRunner:
                     )
                     log.warning("%s", exhausted)
                     break
-        done, _ = self._counts()
+            done, _ = self._counts()
+            self.watch.check()
         return RunSummary(
             study_name=self.name,
             completed=done,
             budget=self.budget,
-            interrupted=interrupted,
+            interrupted=interrupted or INTERRUPTS.requested,
             ran=ran,
             exhausted=exhausted,
         )
@@ -200,6 +220,7 @@ class StudyRunner:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 trial = self.study.ask()
+            trial.set_user_attr("state", "running")  # first attribute: optuna-dashboard lists it first
             trial.set_user_attr("host", self.host)
             trial.set_user_attr("pid", os.getpid())
             trial.set_user_attr("gpus", list(self.space.gpus))  # `status` shows where it runs
@@ -240,7 +261,37 @@ class StudyRunner:
             config, params = suggest(self.space, trial)
             prepared = prepare_launch(config, ctx, label=label)
             chash = key_of(prepared)
-            trial.set_user_attr("cfg_hash", chash)
+            with INTERRUPTS.deferred():
+                forbidden = forbidden_reason(self.space, params)
+                policy = policy_for(self.space, self._policy_evidence())
+                decision = policy.decide(config)
+                if forbidden is not None:
+                    decision = replace(
+                        decision, launch=False, reason=f"forbidden: {forbidden}", outcome=Outcome.BAD_FLAG
+                    )
+                    trial.set_user_attr("cfg_hash", chash)
+                    version = ctx.engine.sglang_version
+                    verdict = self.teller.pruned(
+                        trial, config, params, chash, decision, version, forbidden=True
+                    )
+                    self._announce(
+                        trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0
+                    )
+                    return Outcome.PRUNED, False
+                if not decision.launch:
+                    trial.set_user_attr("cfg_hash", chash)
+                    verdict = self.teller.pruned(
+                        trial, config, params, chash, decision, ctx.engine.sglang_version
+                    )
+                    self._announce(
+                        trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0
+                    )
+                    return Outcome.PRUNED, False
+            # claim the launch key under the workers' lock (sets cfg_hash): waits while a live twin runs it
+            claim_launch(
+                self.study, trial, chash, lock=self.lock, stop=lambda: INTERRUPTS.requested,
+                sleep=INTERRUPTS.nap,
+            )  # fmt: skip
             with INTERRUPTS.deferred():
                 reused = self._measured_before(chash, exclude=trial.number)
                 if reused is not None:
@@ -252,36 +303,6 @@ class StudyRunner:
                         trial.number, outcome, tuple(reused.values), feasible, reused.number, message, t0
                     )
                     return outcome, False
-                forbidden = forbidden_reason(self.space, params)
-                policy = policy_for(self.space, self._policy_evidence())
-                decision = policy.decide(config)
-                if forbidden is not None:
-                    decision = replace(
-                        decision, launch=False, reason=f"forbidden: {forbidden}", outcome=Outcome.BAD_FLAG
-                    )
-                    version = ctx.engine.sglang_version
-                    verdict = self.teller.pruned(
-                        trial, config, params, chash, decision, version, forbidden=True
-                    )
-                    self._announce(
-                        trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0
-                    )
-                    return Outcome.PRUNED, False
-                if not decision.launch:
-                    verdict = self.teller.pruned(
-                        trial, config, params, chash, decision, ctx.engine.sglang_version
-                    )
-                    self._announce(
-                        trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0
-                    )
-                    return Outcome.PRUNED, False
-                twin = running_keys(self.study.get_trials(deepcopy=False), exclude=trial.number).get(chash)
-                if twin is not None:
-                    trial.set_user_attr("duplicate_running", twin)
-                    self.study.tell(trial, state=TrialState.FAIL)
-                    message = f"same launch as trial {twin}, running now: not launched twice"
-                    self._announce(trial.number, Outcome.PRUNED, (), False, twin, message, t0)
-                    return Outcome.PRUNED, False
                 p = decision.prediction
                 trial.set_user_attr("pred_kv_tokens", p.kv_tokens)
                 trial.set_user_attr("pred_min_free_mib", p.min_free_mib)
@@ -293,6 +314,8 @@ class StudyRunner:
                 frozen = self.study.get_trials(deepcopy=False)[trial.number]
                 self._retry(frozen, reason=result.outcome.value)
             message = result.failure.message if result.failure else verdict.message
+            message = "; ".join(m for m in (message, *result.warnings) if m)  # noisy trials say so
+            self._last_failure = result.failure.message if result.failure else ""
             values = () if verdict.retryable else verdict.values
             self._announce(trial.number, verdict.outcome, values, verdict.feasible, None, message, t0, result)
         return verdict.outcome, True

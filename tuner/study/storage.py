@@ -17,6 +17,7 @@ from tuner.errors import ConfigError, StoreError
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective
 from tuner.store.sql import optuna_storage_kwargs
+from tuner.study.resume import remember_space
 
 HEARTBEAT_INTERVAL_S = 60
 HEARTBEAT_GRACE_S = 900
@@ -83,11 +84,23 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
             f"study {name!r} in {url} was created with objectives {stored}, the space now has {wanted}: "
             f"bump `version:` in {space.path} to start a new study"
         )
+    remember_space(study, space)
     if not study.metric_names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([o.metric for o in objectives])
     return study
+
+
+def state_label(outcome: str, feasible: bool, retryable: bool) -> str:
+    """The `state` user attribute: what the dashboard's COMPLETE hides (`FAILED: oom`, `INFEASIBLE: ...`)."""
+    if feasible:
+        return "ok"
+    if retryable:
+        return f"FAILED: {outcome} (not the configuration's fault; retried once)"
+    if outcome == "slo_violation":
+        return "INFEASIBLE: slo_violation (ran, missed a constraint)"
+    return f"FAILED: {outcome}"
 
 
 def objectives_of(space: SearchSpace) -> tuple[Objective, ...]:
@@ -110,8 +123,12 @@ def lock_path(db_url: str, run_dir: Path) -> Path:
 @contextlib.contextmanager
 def ask_lock(path: Path) -> Iterator[None]:
     """Serialise table creation and count + ask between workers on this host."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = path.open("a")
+    except OSError as exc:
+        raise StoreError(f"cannot create the workers' lock file {path}: {exc.strerror or exc}") from exc
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

@@ -18,14 +18,15 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult, Verdict
-from tuner.errors import StoreError
 from tuner.objectives import judge
+from tuner.private import make_private, private_dir
 from tuner.search.policy import Decision
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective
 from tuner.store.sql import SqlStore
+from tuner.study.durable import mark_pending
 from tuner.study.learn import PRUNED, evidence_attrs
-from tuner.study.storage import objectives_of
+from tuner.study.storage import objectives_of, state_label
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +60,9 @@ class Teller:
     ) -> Verdict:
         """Record and tell a launched (or rejected-before-launch) trial; FAIL when retryable."""
         verdict = self.verdict(result)
-        self._record(trial.number, result, params, chash, verdict)
         failure = result.failure
         attrs: dict[str, Any] = {
+            "state": state_label(verdict.outcome.value, verdict.feasible, verdict.retryable),
             "outcome": verdict.outcome.value,
             "feasible": verdict.feasible,
             "failure": failure.outcome.value if failure else None,
@@ -69,7 +70,8 @@ class Teller:
             "phase": failure.phase.value if failure else None,
             "kv_tokens": verdict.metrics.get("kv_tokens"),
             "output_throughput": verdict.metrics.get("output_throughput"),
-            "log": str(result.launch.log_path) if result.launch else None,
+            "log": str(result.launch.log_path.resolve()) if result.launch else None,
+            "warning": "; ".join(result.warnings) or None,
             **evidence_attrs(result, verdict),
             **(extra or {}),
         }
@@ -78,11 +80,16 @@ class Teller:
         for key, value in verdict.constraints.items():
             trial.set_user_attr(f"c_{key}", value)
         self._attach_log(trial, result)
+        # pending tell (and constraints), then the row, then the tell (tuner/study/durable.py)
         if verdict.retryable:
+            mark_pending(trial, state=TrialState.FAIL)
+            self._record(trial.number, result, params, chash, verdict)
             self.study.tell(trial, state=TrialState.FAIL)
             return verdict
         for key, value in verdict.constraints.items():
             trial.set_constraint(key, value)
+        mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
+        self._record(trial.number, result, params, chash, verdict)
         self.study.tell(trial, list(verdict.values))
         return verdict
 
@@ -101,9 +108,9 @@ class Teller:
         without a launch."""
         result = not_launched(config, sglang_version, Outcome.PRUNED, decision.reason)
         verdict = self.verdict(result)
-        self._record(trial.number, result, params, chash, verdict)
         rule = decision.rule
         attrs: dict[str, Any] = {
+            "state": f"PRUNED: {decision.reason[:120]}",
             PRUNED: True,
             "forbidden": forbidden,
             "outcome": Outcome.PRUNED.value,
@@ -119,6 +126,8 @@ class Teller:
         for key, value in verdict.constraints.items():
             trial.set_user_attr(f"c_{key}", value)
             trial.set_constraint(key, value)
+        mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
+        self._record(trial.number, result, params, chash, verdict)
         self.study.tell(trial, list(verdict.values))
         return verdict
 
@@ -126,7 +135,7 @@ class Teller:
         """Tell a trial whose effective launch was already measured with that measurement."""
         for key, value in prior.constraints.items():
             trial.set_constraint(key, value)
-        for key in ("outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
+        for key in ("state", "outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
             if key in prior.user_attrs:
                 trial.set_user_attr(key, prior.user_attrs[key])
         trial.set_user_attr("dedup_of", prior.number)
@@ -135,17 +144,15 @@ class Teller:
     def _record(
         self, number: int | None, result: TrialResult, params: dict[str, Any], chash: str, verdict: Verdict
     ) -> None:
-        try:
-            self.store.record(
-                result,
-                study=self.study.study_name,
-                trial_number=number,
-                params=params,
-                config_hash=chash,
-                verdict=verdict,
-            )
-        except StoreError as exc:
-            log.error("could not record trial %s: %s", number, exc)
+        """The row; a StoreError stops the run (nothing reports success without a durable record)."""
+        self.store.record(
+            result,
+            study=self.study.study_name,
+            trial_number=number,
+            params=params,
+            config_hash=chash,
+            verdict=verdict,
+        )
 
     def _attach_log(self, trial: optuna.Trial, result: TrialResult) -> None:
         """The server log as an Optuna artifact (optuna-dashboard --artifact-dir <run dir>/artifacts)."""
@@ -154,16 +161,16 @@ class Teller:
         try:
             from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
-            store_dir = self.run_dir / "artifacts"
-            store_dir.mkdir(parents=True, exist_ok=True)
+            store_dir = private_dir(self.run_dir / "artifacts")  # owner-only copies of server logs
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                upload_artifact(
+                artifact_id = upload_artifact(
                     artifact_store=FileSystemArtifactStore(str(store_dir)),
                     file_path=str(result.launch.log_path),
                     study_or_trial=trial,
                     mimetype="text/plain",
                 )
+            make_private(store_dir / artifact_id)
         except Exception as exc:  # a log that cannot be attached never loses the trial
             log.warning("could not attach %s to trial %d: %s", result.launch.log_path, trial.number, exc)
 

@@ -1,0 +1,42 @@
+"""Reference agreement against real simulator servers: record from a good one, catch a late drift."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest_sim import REPO
+
+pytestmark = pytest.mark.integration
+pytest_plugins = ("conftest_sim",)  # the sim_factory fixture
+
+TINY = ["--model-path", "/models/tiny", "--sim-seed", "1"]
+
+
+def _tuner(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args], cwd=REPO, capture_output=True, text=True, timeout=90
+    )
+
+
+def test_a_drift_late_in_the_answer_fails_the_reference_check(sim_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    good, drifting = sim_factory(*TINY), sim_factory(*TINY, "--sim-inject", "drift_at=20")
+    good.wait_ready()
+    drifting.wait_ready()
+    space = tmp_path / "space.yaml"
+    space.write_text((REPO / "search_spaces" / "tiny-fast-sim.yaml").read_text())
+    refs = tmp_path / "refs.json"
+    recorded = _tuner("gate", "--url", good.url, "--space", str(space), "--record", str(refs))
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert len(json.loads(refs.read_text())["answers"]) == 5
+    same = _tuner("gate", "--url", good.url, "--space", str(space), "--reference", str(refs))
+    assert same.returncode == 0 and "agrees of 64" in same.stdout, same.stdout
+    bad = _tuner("gate", "--url", drifting.url, "--space", str(space), "--reference", str(refs), "--json")
+    assert bad.returncode == 1
+    result = json.loads(bad.stdout)
+    assert result["verdict"] == "wrong_answer"
+    assert "first differs at token 20 of 64" in result["reason"]
+    assert {a["first_mismatch"] for a in result["reference"]["agreements"]} == {20}

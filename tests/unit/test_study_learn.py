@@ -1,0 +1,96 @@
+"""The study's memory: evidence from trial attributes, sampler seeds, finalists (pure parts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+from tuner.config import Outcome
+from tuner.space import load_space
+from tuner.study import finalists
+from tuner.study.learn import evidence_of, sampler_seed
+
+SPACE = load_space(Path(__file__).resolve().parents[1] / "fixtures" / "spaces" / "tiny-failing-sim.yaml")
+DISTS = {
+    "mem-fraction-static": FloatDistribution(0.5, 0.95, step=0.05),
+    "cuda_graph": CategoricalDistribution(["off", "max:8", "max:16"]),
+    "sparse_backends.prefill": CategoricalDistribution(["trtllm", "fa3", "flashmla_sparse"]),
+    "sparse_backends.decode": CategoricalDistribution(["trtllm", "fa3", "flashmla_sparse"]),
+}
+
+
+def trial(number: int, values: tuple[float, float], *, feasible: bool = True, **attrs: object) -> FrozenTrial:
+    t = create_trial(
+        params={"mem-fraction-static": 0.8, "cuda_graph": "off", "sparse_backends.prefill": "trtllm",
+                "sparse_backends.decode": "fa3"},
+        distributions=DISTS,
+        values=list(values),
+        user_attrs={"feasible": feasible, **attrs},
+        state=TrialState.COMPLETE,
+    )  # fmt: skip
+    t.number = number
+    return t
+
+
+def test_evidence_reads_the_attributes_a_launch_left_and_joins_the_backend_pair() -> None:
+    attrs = {"outcome": "unsupported", "failure": "unsupported", "stage": "capture", "failure_backend": "fa3",
+             "failure_backend_role": "decode", "failure_message": "no kernel image"}  # fmt: skip
+    t = trial(3, (0, 0), feasible=False, **attrs)
+    ev = evidence_of(SPACE, t)
+    assert ev is not None and ev.outcome is Outcome.UNSUPPORTED and ev.stage == "capture"
+    assert (ev.knobs.prefill, ev.knobs.decode, ev.backend, ev.backend_role) == (
+        "trtllm",
+        "fa3",
+        "fa3",
+        "decode",
+    )
+
+
+def test_trials_that_launched_nothing_are_no_evidence() -> None:
+    for attr in ("pruned", "forbidden", "dedup_of", "duplicate_running"):
+        assert evidence_of(SPACE, trial(1, (1, 1), **{attr: True})) is None
+
+
+def test_seeds_differ_by_worker_and_by_ask_but_repeat_for_the_same_ask() -> None:
+    seeds = {sampler_seed(7, host, n) for host in ("a", "b") for n in range(50)}
+    assert len(seeds) == 100
+    assert sampler_seed(7, "a", 3) == sampler_seed(7, "a", 3) != sampler_seed(8, "a", 3)
+
+
+def test_finalists_are_the_front_first_then_the_closest_to_utopia() -> None:
+    trials = [
+        trial(0, (100.0, 1000.0)),
+        trial(1, (90.0, 2000.0)),  # front
+        trial(2, (120.0, 500.0)),  # front
+        trial(3, (95.0, 900.0)),  # dominated by 0
+        trial(4, (200.0, 5000.0), feasible=False),  # infeasible: never a finalist
+        trial(5, (300.0, 9000.0), pruned=True),  # not launched
+    ]
+    picks = finalists.pick_finalists(trials, ("maximize", "maximize"), 4)
+    assert set(picks[:3]) == {0, 1, 2} and picks[3] == 3
+
+
+def test_finalist_jobs_are_claimed_in_turn_and_the_budget_caps_them() -> None:
+    trials = [trial(0, (1.0, 1.0)), trial(2, (2.0, 0.5))]
+    state = {"0": 0, "2": 0}
+    claimed = []
+    while (found := finalists.next_job(trials, state, repeats=2)) is not None:
+        job, state = found
+        claimed.append((job.trial.number, job.repeat))
+    assert claimed == [(0, 1), (0, 2), (2, 1), (2, 2)] and finalists.claimed(state) == 4
+    assert finalists.affordable(3, 2, 12) == 1 and finalists.affordable(3, 2, 40) == 3
+    assert finalists.affordable(3, 2, 7) == 0
+
+
+def test_per_role_sampling_round_trips_through_optuna() -> None:
+    from tuner.space.sampling import joined_params, sampler_params, suggest
+
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    study.enqueue_trial(sampler_params(SPACE, dict(SPACE.baselines[0])))
+    t = study.ask()
+    config, params = suggest(SPACE, t)
+    assert params["sparse_backends"] == "trtllm/trtllm" and config.sparse_decode_backend == "trtllm"
+    assert joined_params(SPACE, t.params) == dict(SPACE.baselines[0])

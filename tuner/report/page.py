@@ -1,0 +1,65 @@
+"""Assemble the HTML report of a study: front, trials, failures, plots, the recommended export."""
+
+from __future__ import annotations
+
+from tuner.errors import ProfileError
+from tuner.report.context import constraints_line, workload_line
+from tuner.report.detail import failures_frame, requests_frame
+from tuner.report.export import build_profile, select
+from tuner.report.frame import StudyData, trials_frame
+from tuner.report.html import HtmlReport, png_data_uri, render_html
+from tuner.report.interactive import pareto_plotly, trials_table
+from tuner.report.pareto import pareto_front
+from tuner.report.plots import failure_list, history_plot, latency_plot, metric_vs_param_plot
+from tuner.report.profile import render_sh
+from tuner.sglang.options import OptionTable, builtin_table
+from tuner.store.sql import SqlStore
+
+
+def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_source: str | None = None) -> str:
+    """The self-contained HTML report of `data` (requests read from its database for the latency plot)."""
+    front = pareto_front(data)
+    frame = trials_frame(data, front)
+    context = f"{workload_line(data)} | {constraints_line(data)}"
+    figure = pareto_plotly(frame, failures=False)  # the page states failures and context in HTML
+    front_html = (
+        "" if figure is None else figure.to_html(full_html=False, include_plotlyjs=False, div_id="pareto")
+    )
+    images: list[tuple[str, str]] = []
+    if "mem-fraction-static" in frame.attrs.get("params", []):
+        images.append(
+            (
+                "metrics against mem-fraction-static",
+                png_data_uri(metric_vs_param_plot(frame, context=context)),
+            )
+        )
+    if not frame.empty:
+        images.append(("optimisation history", png_data_uri(history_plot(frame, context=context))))
+    rows = list({r.id: r for n in front if (r := data.row_of(n)) is not None}.values())
+    if rows:
+        with SqlStore(data.url) as store:
+            requests = requests_frame(store, rows)
+        if not requests.empty:
+            images.append(("TTFT and TPOT of the Pareto-front trials", png_data_uri(latency_plot(requests))))
+    try:
+        choice = select(data)
+        profile = build_profile(data, choice)
+        export_text = render_sh(profile, table or builtin_table(profile.sglang_version))
+        reason = choice.reason
+    except ProfileError as exc:
+        export_text, reason = "", f"nothing to export: {exc}"
+    report = HtmlReport(
+        study=data.name,
+        context=(workload_line(data), constraints_line(data)),
+        front_html=front_html,
+        front_note=f"failed, not plotted (no trusted measurement): {failure_list(frame)}"
+        if failure_list(frame)
+        else "",
+        trials=trials_table(frame, data.metric_names),
+        trial_status=[str(s) for s in frame.get("status", [])],
+        failures=failures_frame(data.rows),
+        export_text=export_text,
+        export_reason=reason,
+        images=images,
+    )
+    return render_html(report, plotly_source=plotly_source)

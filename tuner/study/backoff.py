@@ -1,0 +1,68 @@
+"""Infrastructure faults never spin: a growing pause after each, and a cap on how many in a row.
+
+A port held by another process, GPUs held by a foreign process or a server killed from
+outside fail trials in milliseconds; asking again at once burns the budget's FAIL trials
+(hundreds a minute) and tells nothing. `InfraBackoff` hears every trial's outcome: after
+an infrastructure fault the next trial waits (exponential: base, 2 x base, ... up to a cap),
+and after `max_failures` in a row it raises InfrastructureError, which stops the run with a
+clear message and exit 3. The study stays as it was: run the same command once the cause is fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tuner.config import Outcome
+from tuner.errors import InfrastructureError
+from tuner.space.sections import Budget
+
+
+@dataclass(kw_only=True, slots=True)
+class InfraBackoff:
+    """Counts infrastructure faults in a row; says how long to wait, or stops the run."""
+
+    max_failures: int
+    base_s: float
+    max_s: float
+    sleep: Callable[[float], object]  # an interruptible wait (INTERRUPTS.nap in the study)
+    failures: int = 0
+    last_message: str = ""
+    waits_s: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_budget(cls, budget: Budget, sleep: Callable[[float], object]) -> InfraBackoff:
+        return cls(
+            max_failures=budget.max_infra_failures,
+            base_s=budget.infra_backoff_s,
+            max_s=budget.infra_backoff_max_s,
+            sleep=sleep,
+        )
+
+    def delay_s(self) -> float:
+        """The pause before the next trial: 0 after a trial that was not an infrastructure fault."""
+        if self.failures == 0:
+            return 0.0
+        return float(min(self.max_s, self.base_s * 2 ** (self.failures - 1)))
+
+    def after(self, outcome: Outcome, message: str = "") -> None:
+        """Hear one trial's outcome; raise InfrastructureError at the cap, else wait as needed."""
+        if outcome is not Outcome.INFRA_ERROR:
+            self.failures = 0
+            return
+        self.failures += 1
+        self.last_message = message
+        if self.failures >= self.max_failures:
+            raise InfrastructureError(
+                f"stopped after {self.failures} infrastructure failures in a row (last: "
+                f"{_one_line(message)}); the study is unchanged: fix the cause and run the same "
+                f"command to resume (budget.max_infra_failures sets the limit)"
+            )
+        wait = self.delay_s()
+        self.waits_s.append(wait)
+        self.sleep(wait)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split()) or "no message"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
