@@ -26,6 +26,7 @@ from typing import IO
 
 from tuner.cli.worker_events import PhaseChanged, TrialStarted, parse_event
 from tuner.errors import ConfigError
+from tuner.interrupts import INTERRUPTS
 from tuner.space.loader import SearchSpace
 from tuner.study.events import TrialEvent
 
@@ -140,7 +141,6 @@ class Supervisor:
     def stop(self) -> None:
         """Ask every worker still running to stop (once): it tears its server down and records the trial."""
         if self.stopping:
-            log.warning("still waiting for the workers to finish their teardown")
             return
         self.stopping = True
         for w in self.workers:
@@ -151,6 +151,8 @@ class Supervisor:
     def lines_until_done(self) -> Iterator[Line]:
         """Every line the workers write, until all their streams are closed; Ctrl-C stops them, once."""
         while self._open:
+            if INTERRUPTS.requested:  # the signal handler only records it: act on it here
+                self.stop()
             try:
                 item = self.lines.get(timeout=0.25)
             except KeyboardInterrupt:
@@ -168,9 +170,13 @@ class Supervisor:
         codes = []
         for w in self.workers:
             while True:
+                if INTERRUPTS.requested:
+                    self.stop()
                 try:
-                    codes.append(w.proc.wait())
+                    codes.append(w.proc.wait(timeout=0.25))
                     break
+                except subprocess.TimeoutExpired:
+                    continue
                 except KeyboardInterrupt:
                     self.stop()
         return codes
