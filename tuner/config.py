@@ -191,7 +191,8 @@ class StageTimings:
     launch_s: float = 0.0
     gate_s: float = 0.0
     bench_s: float = 0.0
-    teardown_s: float = 0.0
+    teardown_s: float = 0.0  # stopping the server and waiting for its GPU memory to come back
+    release_s: float = 0.0  # of teardown_s: the wait for the memory, after the processes were gone
     overhead_s: float = 0.0
 
 

@@ -2,7 +2,8 @@
 
 Everything downstream gets an `Engine` value and a `GpuProbe` and never asks
 which server it talks to: real SGLang (`python -m sglang.launch_server`,
-NVML) or the stand-in (`python -m tuner.sim`, GPU state published in files).
+NVML) or the stand-in (`python -m tuner.sim`, GPU state published in files, or real
+device memory seen by NVML in its GPU-backed mode).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from tuner.errors import ConfigError
 from tuner.gpu.sampler import FileGpuProbe, GpuProbe, NvmlProbe
+from tuner.gpu.statefile import STATE_ENV
 from tuner.sglang.introspect import detect_sglang_version, option_table_for
 from tuner.sglang.options import OptionTable
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SIM_STATE_ENV = "TUNER_SIM_STATE_DIR"
+SIM_STATE_ENV = STATE_ENV  # the state directory handed to the simulator (tuner.gpu.statefile)
 DEFAULT_SIM_VERSION = "0.5.9"
 
 
@@ -54,7 +56,7 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
             version = spec.sim_sglang_version or DEFAULT_SIM_VERSION
         state_dir = None
         env: tuple[tuple[str, str], ...] = ()
-        if state_root is not None:
+        if state_root is not None and not spec.gpu_backed:  # GPU-backed: real memory, seen by NVML
             state_dir = (state_root / "gpu-state").resolve()
             state_dir.mkdir(parents=True, exist_ok=True)
             env = ((SIM_STATE_ENV, str(state_dir)),)
@@ -66,6 +68,7 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
             str(spec.scenario),
             "--sim-sglang-version",
             version,
+            *(("--sim-gpu-backed",) if spec.gpu_backed else ()),
         )
         table = option_table_for(version, None)
         return Engine(
@@ -106,7 +109,11 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
 
 
 def probe_for(engine: Engine) -> GpuProbe:
-    """The GPU probe that sees the engine's GPUs: NVML for real servers, state files for the stand-in."""
+    """The GPU probe that sees the engine's GPUs: state files for the stand-in, else NVML.
+
+    NVML also for the stand-in in GPU-backed mode (`engine: {kind: sim, gpu_backed: true}`),
+    which holds real device memory and publishes no state files.
+    """
     if engine.gpu_state_dir is not None:
         return FileGpuProbe(engine.gpu_state_dir)
     return NvmlProbe()

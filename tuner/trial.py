@@ -313,6 +313,7 @@ class _TrialRun:
             gate_s=self.waits.get("gate", 0.0),
             bench_s=self.waits.get("bench", 0.0),
             teardown_s=self.waits.get("teardown", 0.0) + self.waits.get("release", 0.0),
+            release_s=self.waits.get("release", 0.0),
             overhead_s=max(0.0, elapsed - waited),
         )
         excerpt = failure.excerpt if failure and failure.excerpt else ""

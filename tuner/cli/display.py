@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -34,17 +35,20 @@ class RunDisplay:
     """Trial k/N, phase, elapsed and ETA, best so far, last failure."""
 
     def __init__(
-        self, *, budget: int | None, metric_names: Sequence[str], console: Console | None = None
+        self,
+        *,
+        budget: int | None,
+        metric_names: Sequence[str],
+        console: Console | None = None,
+        parallel: int = 1,
     ) -> None:
         self.console = console or Console(stderr=True)
         self.budget = budget
         self.metric_names = tuple(metric_names)
+        self.parallel = max(1, parallel)
         self.started = time.monotonic()
-        self.trial_started = self.started
-        self.current: int | None = None
         self.done = 0
-        self.phase = "starting"
-        self.detail = ""
+        self.running: dict[int, _Running] = {}  # every trial running now (several with --parallel)
         self.durations: list[float] = []
         self.best: dict[str, tuple[float, int]] = {}
         self.last_failure = "-"
@@ -61,14 +65,18 @@ class RunDisplay:
 
     # hooks
     def on_start(self, number: int, done: int) -> None:
-        self.current = number
-        self.done = done
-        self.trial_started = time.monotonic()
-        self.phase, self.detail = "asking", ""
+        self.running[number] = _Running(started=time.monotonic())
+        self.done = max(self.done, done)
         self._live.update(self._render())
 
     def on_phase(self, number: int, phase: Phase, detail: str) -> None:
-        self.phase, self.detail = phase.value, detail
+        trial = self.running.setdefault(number, _Running(started=time.monotonic()))
+        trial.phase, trial.detail = phase.value, detail
+        self._live.update(self._render())
+
+    def set_where(self, number: int, where: str) -> None:
+        """Say where a running trial runs (its worker's GPUs, with --parallel)."""
+        self.running.setdefault(number, _Running(started=time.monotonic())).where = where
         self._live.update(self._render())
 
     def on_trial(self, event: TrialEvent) -> None:
@@ -84,27 +92,30 @@ class RunDisplay:
                     self.best[name] = (value, event.number)
         elif not event.outcome.measured:
             self.last_failure = f"#{event.number} {event.outcome.value}: {event.message[:90]}"
-        self.phase = "done"
+        self.running.pop(event.number, None)
         self._live.update(self._render())
 
     def _render(self) -> Group:
         now = time.monotonic()
-        elapsed = now - self.started
         eta = "-"
-        if self.durations:
+        if self.durations and self.budget is not None:
             mean = sum(self.durations) / len(self.durations)
-            eta = _fmt(mean * max(0, self.budget - self.done)) if self.budget is not None else "-"
+            eta = _fmt(mean * max(0, self.budget - self.done) / self.parallel)
         head = Table.grid(padding=(0, 2))
         head.add_row(
-            Text(
-                f"trial {self.done + (1 if self.phase != 'done' else 0)}/{self.budget or '∞'}", style="bold"
-            ),
-            f"#{self.current}" if self.current is not None else "",
-            Text(self.phase, style="cyan"),
-            self.detail,
-            f"elapsed {_fmt(elapsed)}",
+            Text(f"trial {self.done + len(self.running)}/{self.budget or '∞'}", style="bold"),
+            f"{len(self.running)} running" if self.parallel > 1 else "",
+            f"elapsed {_fmt(now - self.started)}",
             f"ETA {eta}",
         )
+        for number, trial in sorted(self.running.items()):
+            head.add_row(
+                f"  #{number}",
+                trial.where,
+                Text(trial.phase, style="cyan"),
+                trial.detail,
+                _fmt(now - trial.started),
+            )
         best = ", ".join(f"{k}={v:.1f} (#{n})" for k, (v, n) in self.best.items()) or "-"
         info = Table.grid(padding=(0, 2))
         info.add_row("best so far:", best)
@@ -121,6 +132,16 @@ class RunDisplay:
                 str(ev.number), Text(ev.outcome.value, style=style), *vals, f"{ev.duration_s:.1f}", note
             )
         return Group(head, info, recent)
+
+
+@dataclass(eq=False, slots=True)
+class _Running:
+    """A trial running now, as the display shows it."""
+
+    started: float
+    phase: str = "asking"
+    detail: str = ""
+    where: str = ""
 
 
 def _fmt(seconds: float) -> str:

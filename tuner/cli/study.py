@@ -39,6 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--gpus", type=gpu_list, default=None, help="this worker's GPUs, e.g. 0,1,2,3 (overrides the space)"
     )
     run.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N trials at once on disjoint GPU sets of this node (default: the space's budget.parallel)",
+    )
+    run.add_argument("--worker-events", action="store_true", help=argparse.SUPPRESS)  # a --parallel worker
+    run.add_argument(
         "--warm-start",
         default=None,
         metavar="STUDY",
@@ -91,6 +99,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     url = database_url(args.db)
     space, study_name = _space_to_run(args, url)
+    sets = args.parallel if args.parallel is not None else space.budget.parallel
+    if sets < 1:
+        raise ConfigError(f"--parallel: expected at least 1 (got {sets})")
+    if sets > 1:
+        from tuner.cli.parallel import run_parallel
+
+        return run_parallel(args, space, sets, db_url=url, study=study_name or space.study_name)
     warm = None
     if args.warm_start is not None:
         from tuner.study.warm import WarmStart
@@ -105,6 +120,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         warm_start=warm,
     )
     metric_names = [o.metric for o in space.objectives]
+    if args.worker_events:
+        from tuner.cli.worker_events import event_hooks
+
+        summary = runner.run(event_hooks(sys.stdout))
+        return 130 if summary.interrupted else 0
     if args.plain or not sys.stderr.isatty():
 
         def on_trial(ev: TrialEvent) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from tuner.config import GpuInfo
+from tuner.gpu import statefile
 from tuner.gpu.probe import GpuMemory, merge_processes
 from tuner.sglang.process import pid_alive
 
@@ -16,15 +16,13 @@ log = logging.getLogger(__name__)
 
 
 class FileGpuProbe:
-    """GPUs as the simulator publishes them under `state_dir`.
+    """GPUs as the simulator publishes them under `state_dir` (format: tuner.gpu.statefile).
 
-    `gpus.json`: {"gpus": [{"index", "uuid", "name", "compute_capability", "total_mib", "driver"}]}.
-    `procs/<pid>.json`: {"pid": <pid>, "used_mib": {"<index>": MiB, ...}}, one per process holding
-    memory; writers should write a temporary file and rename it. A file counts while its pid is
-    alive (not a zombie); files of dead pids are removed. Before gpus.json exists, devices() is
-    empty and memory() reports used MiB from live files with total_mib and free_mib None. A live
-    process whose file cannot be read (half written) is reported on every GPU asked for with
-    used_mib None, so nobody mistakes it for gone; its last good reading is used when there is one.
+    A process file counts while its pid is alive (not a zombie); files of dead pids are removed.
+    Before gpus.json exists, devices() is empty and memory() reports used MiB from live files with
+    total_mib and free_mib None. A live process whose file cannot be read (half written) is reported
+    on every GPU asked for with used_mib None, so nobody mistakes it for gone; its last good reading
+    is used when there is one.
     """
 
     def __init__(self, state_dir: Path | str) -> None:
@@ -34,17 +32,16 @@ class FileGpuProbe:
 
     def devices(self) -> tuple[GpuInfo, ...]:
         try:
-            data = json.loads((self.state_dir / "gpus.json").read_text())
             self._devices = tuple(
                 GpuInfo(
-                    index=int(g["index"]),
-                    uuid=str(g["uuid"]),
-                    name=str(g["name"]),
-                    compute_capability=str(g["compute_capability"]),
-                    total_mib=int(g["total_mib"]),
-                    driver=str(g.get("driver", "sim")),
+                    index=g.index,
+                    uuid=g.uuid,
+                    name=g.name,
+                    compute_capability=g.compute_capability,
+                    total_mib=g.total_mib,
+                    driver=g.driver,
                 )
-                for g in data["gpus"]
+                for g in statefile.read_gpus(self.state_dir)
             )
         except FileNotFoundError:
             self._devices = ()
@@ -77,16 +74,8 @@ class FileGpuProbe:
         return tuple(out)
 
     def _live_holders(self) -> list[tuple[int, dict[int, int] | None]]:
-        try:
-            paths = sorted((self.state_dir / "procs").glob("*.json"))
-        except OSError:
-            return []
         holders = []
-        for path in paths:
-            try:
-                pid = int(path.stem)
-            except ValueError:
-                continue
+        for pid, path in statefile.proc_files(self.state_dir):
             if not pid_alive(pid):
                 path.unlink(missing_ok=True)
                 self._last_good.pop(path, None)
@@ -99,8 +88,7 @@ class FileGpuProbe:
     def _read_usage(self, path: Path) -> dict[int, int] | None | Literal[False]:
         """MiB per index; None when unreadable and never read; False when the file vanished."""
         try:
-            data = json.loads(path.read_text())
-            usage = {int(k): int(v) for k, v in data["used_mib"].items()}
+            usage = statefile.read_proc(path)
         except FileNotFoundError:
             self._last_good.pop(path, None)
             return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from datetime import datetime
 from typing import Any
 
 import optuna
@@ -96,11 +97,29 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
         f"Pareto front (* above) over {', '.join(data.metric_names)}: trials {list(front) or '-'}; "
         f"{reused_n} suggestions reused an earlier measurement; {waiting} waiting"
     )
+    for line in running_lines(data):
+        console.print(line)
     search = search_summary(data)
     if search:
         console.print(search)
     if trouble:
         console.print(f"[bold red]warning:[/bold red] {trouble}")
+
+
+def running_lines(data: StudyData, now: datetime | None = None) -> list[str]:
+    """One line per trial running now (several with `run --parallel`): its worker, GPUs and age."""
+    now = now or datetime.now()
+    lines = []
+    for t in data.trials:
+        if t.state is not TrialState.RUNNING:
+            continue
+        a = t.user_attrs
+        gpus = a.get("gpus")
+        where = f"GPUs {','.join(map(str, gpus))}" if isinstance(gpus, list) and gpus else "all GPUs"
+        age = "" if t.datetime_start is None else f", for {(now - t.datetime_start).total_seconds():.0f} s"
+        worker = f"{a.get('host', '?')} pid {a.get('pid', '?')}"
+        lines.append(f"running: trial {t.number} on {worker}, {where}{age}")
+    return lines
 
 
 def search_summary(data: StudyData) -> str:

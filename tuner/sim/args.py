@@ -47,6 +47,7 @@ class SimOptions:
     scenario: str = DEFAULT_SCENARIO
     seed: int | None = None
     noise_pct: float | None = None  # overrides the scenario's perf.noise_pct (0: noise-free)
+    gpu_backed: bool = False  # hold real device memory (torch) instead of publishing state files
     inject: Injections = field(default_factory=Injections)
 
 
@@ -67,6 +68,12 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
             i += 1
             continue
         name, eq, value = token.partition("=")
+        if name == "--sim-gpu-backed":
+            if eq and value not in ("true", "1"):
+                raise SimFlagError(f"argument --sim-gpu-backed: ignored explicit argument {value!r}")
+            values["gpu_backed"] = True
+            i += 1
+            continue
         if not eq:
             if i + 1 >= len(argv):
                 raise SimFlagError(f"argument {name}: expected one argument")

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from tuner.sim import logfmt, memory, statefiles
 from tuner.sim.args import Injections
+from tuner.sim.device import DeviceMemory, DeviceOutOfMemory, DeviceUnavailable, oom_line
 from tuner.sim.memory import MemoryPlan
 from tuner.sim.resolve import Launch
 from tuner.sim.scenario import Scenario
@@ -42,6 +43,7 @@ class ChildJob:
     inject: Injections
     state_dir: Path | None
     parent_pid: int
+    gpu_backed: bool = False  # hold real device memory (tuner.sim.device) instead of publishing files
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -56,11 +58,26 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 class _Memory:
+    """What the child holds: published in the state files, or really allocated (GPU-backed)."""
+
     def __init__(self, job: ChildJob) -> None:
         self.job = job
         self.used_mib = 0.0
+        self.device = (
+            DeviceMemory(ranks=job.launch.tp_size, scenario_total_mib=job.plan.total_mib)
+            if job.gpu_backed
+            else None
+        )
 
-    def set(self, used_mib: float) -> None:
+    def set(self, used_mib: float, where: str) -> None:
+        """Hold `used_mib`; on a real card that cannot give it, fail at `where` with torch's OOM."""
+        if self.device is not None:
+            try:
+                self.device.hold(used_mib)
+            except DeviceOutOfMemory as exc:
+                _fail(self.job, where, _real_oom(self.job, where, str(exc)))
+            except DeviceUnavailable as exc:
+                _fail(self.job, "device", str(exc))
         self.used_mib = used_mib
         if self.job.state_dir:
             statefiles.write_proc(self.job.state_dir, self.job.launch.used_gpus, used_mib)
@@ -68,6 +85,25 @@ class _Memory:
     @property
     def avail_mib(self) -> float:
         return self.job.plan.total_mib - self.used_mib
+
+    @property
+    def real(self) -> bool:
+        """True when a real card, not the model, decides what fits."""
+        return self.device is not None
+
+    def release(self) -> None:
+        if self.device is not None:
+            self.device.release()
+        if self.job.state_dir:
+            statefiles.remove_proc(self.job.state_dir)
+
+
+def _real_oom(job: ChildJob, where: str, message: str) -> str:
+    """The error SGLang logs for torch's out-of-memory at `where` (capture wraps it in its advice)."""
+    line = oom_line(message)
+    if where == "capture":
+        return logfmt.capture_failed(job.launch.version, line[len("torch.OutOfMemoryError: ") :])
+    return line
 
 
 def _fail(job: ChildJob, where: str, error: str) -> None:
@@ -115,15 +151,15 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
             "CUDA kernel errors might be asynchronously reported at some other API call, so the "
             "stacktrace below might be incorrect.",
         )
-    mem.set(context_mib)
+    mem.set(context_mib, "device")
     log.info(logfmt.load_begin(mem.avail_mib))
     if inject.hang_at == "load":
         _hang()
     t0 = time.monotonic()
     time.sleep(s.model.load_s)
-    if context_mib + plan.weights_mib > plan.total_mib:
+    if not mem.real and context_mib + plan.weights_mib > plan.total_mib:
         _fail(job, "load", logfmt.cuda_oom(plan.weights_mib, plan.total_mib, mem.avail_mib))
-    mem.set(context_mib + plan.weights_mib)
+    mem.set(context_mib + plan.weights_mib, "load")
     log.info(
         logfmt.load_end(
             time.monotonic() - t0, s.model.architecture, s.model.dtype, mem.avail_mib, plan.weights_mib
@@ -131,7 +167,7 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
     )
     if not memory.enough_for_kv(s, plan):
         _fail(job, "kv", logfmt.not_enough_memory(launch.version, launch.mem_fraction_static))
-    mem.set(plan.weights_mib + plan.kv_mib + plan.overhead_mib)
+    mem.set(plan.weights_mib + plan.kv_mib + plan.overhead_mib, "kv")
     log.info(
         logfmt.kv_allocated(launch, plan.kv_tokens, plan.kv_mib, memory.torch_kv_dtype(launch.kv_cache_dtype))
     )
@@ -150,9 +186,11 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
         t0 = time.monotonic()
         time.sleep(len(launch.captured_bs) * s.perf.capture_s_per_graph)
         peak = memory.capture_peak_mib(s, plan)
-        if peak > plan.total_mib:
+        if mem.real:
+            mem.set(peak, "capture")
+        elif peak > plan.total_mib:
             tried = memory.capture_workspace_mib(s, plan.max_captured_bs)
-            mem.set(plan.total_mib - (peak - plan.total_mib) % 512)
+            mem.set(plan.total_mib - (peak - plan.total_mib) % 512, "capture")
             _fail(
                 job,
                 "capture",
@@ -161,7 +199,7 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
                     logfmt.cuda_oom(tried, plan.total_mib, mem.avail_mib)[len("torch.OutOfMemoryError: ") :],
                 ),
             )
-        mem.set(plan.idle_used_mib)
+        mem.set(plan.idle_used_mib, "capture")
         log.info(logfmt.capture_end(launch, time.monotonic() - t0, plan.graph_mib, mem.avail_mib))
     elif inject.hang_at == "capture":
         _hang()
@@ -184,11 +222,10 @@ def run_child(job: ChildJob, conn: Connection) -> None:
             os._exit(0)
         kind = message[0]
         if kind == "peak":
-            mem.set(max(mem.used_mib, float(message[1])))
+            mem.set(max(mem.used_mib, float(message[1])), "forward")
         elif kind == "crash":
             log.error(message[1])
             _quit_parent(job)
         elif kind == "exit":
-            if job.state_dir:
-                statefiles.remove_proc(job.state_dir)
+            mem.release()
             os._exit(0)

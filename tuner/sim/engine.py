@@ -65,6 +65,7 @@ class Engine:
         on_crash: Callable[[str], None],
         on_peak: Callable[[float], None],
         crash_after_requests: int | None = None,
+        real_memory: bool = False,
     ) -> None:
         self._s = scenario
         self._l = launch
@@ -75,6 +76,7 @@ class Engine:
         self._on_crash = on_crash
         self._on_peak = on_peak
         self._crash_after = crash_after_requests
+        self._real_memory = real_memory  # peaks go to the scheduler child, whose device says OOM or not
         self.sched = Scheduler(
             perf=scenario.perf,
             launch=launch,
@@ -179,7 +181,7 @@ class Engine:
             self._s, decode_batch=step.batch, graph_mode=step.graph, prefill_tokens=step.prefill_tokens
         )
         used = self._plan.idle_used_mib + act
-        if used > self._plan.total_mib:
+        if used > self._plan.total_mib and not self._real_memory:
             free = self._plan.total_mib - self.peak_used_mib
             self._die(logfmt.scheduler_exception("forward", logfmt.cuda_oom(act, self._plan.total_mib, free)))
         elif used > self.peak_used_mib + 1:

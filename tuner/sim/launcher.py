@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import multiprocessing
 import os
@@ -11,6 +12,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -32,6 +34,7 @@ from tuner.sim.text import answer
 
 log = logging.getLogger(__name__)
 SCHEDULER_LOGGERS = ("tuner.sim.child", "tuner.sim.engine")
+REAL_GPU_LIMIT = 64  # GPU-backed: CUDA_VISIBLE_DEVICES may name any real device below this index
 
 
 class _Formatter(logging.Formatter):
@@ -76,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except simargs.SimFlagError as exc:
         simargs.sim_flag_error(version, str(exc))
         return 2
+    if sim.gpu_backed and importlib.util.find_spec("torch") is None:
+        sys.stderr.write(
+            "tuner.sim: error: --sim-gpu-backed needs torch (pip install 'sglang-tuner[gpu-sim]')\n"
+        )
+        return 2
     try:
         table = builtin_table(sim.sglang_version)
         scenario = load_scenario(sim.scenario)
@@ -88,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(warning + "\n")
     given = simargs.parse_sglang_argv(table, rest)  # exits 2 like SGLang
     try:
-        launch = resolve_launch(scenario, sim.sglang_version, given, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        # GPU-backed: the real card's devices, not the scenario's count, bound CUDA_VISIBLE_DEVICES
+        gpu_count = REAL_GPU_LIMIT if sim.gpu_backed else None
+        launch = resolve_launch(
+            scenario, sim.sglang_version, given, os.environ.get("CUDA_VISIBLE_DEVICES"), gpu_count=gpu_count
+        )
     except (ValueError, TypeError) as exc:
         sys.stderr.write(f"tuner.sim: error: {exc}\n")
         return 2
@@ -112,9 +124,10 @@ def _run(
     seed: int,
     argv: list[str],
 ) -> int:
-    state_dir = statefiles.state_dir()
+    # GPU-backed: NVML sees the real memory; no state files for the GPUs really used
+    state_dir = None if sim.gpu_backed else statefiles.state_dir()
     if state_dir:
-        statefiles.write_gpus(state_dir, scenario)
+        statefiles.publish_gpus(state_dir, scenario)
     if at_least(launch.version, "0.5.10") and launch.enable_nan_detection:
         log.warning(
             "--enable-nan-detection is deprecated. "
@@ -141,6 +154,7 @@ def _run(
         inject=sim.inject,
         state_dir=state_dir,
         parent_pid=os.getpid(),
+        gpu_backed=sim.gpu_backed,
     )
     ctx = multiprocessing.get_context("fork")
     parent_conn, child_conn = ctx.Pipe()
@@ -183,9 +197,8 @@ async def _serve(
     conn: Connection,
     facts: dict[str, Any],
 ) -> int:
-    loop = asyncio.get_running_loop()
+    """Serve until SIGINT (stop now) or SIGTERM (drain, then stop); the exit code."""
     stop = asyncio.Event()
-    exit_code = {"code": 0}
 
     def send(message: tuple[Any, ...]) -> None:
         with contextlib.suppress(BrokenPipeError, OSError):
@@ -199,15 +212,11 @@ async def _serve(
         on_crash=lambda text: send(("crash", text)),
         on_peak=lambda mib: send(("peak", mib)),
         crash_after_requests=sim.inject.crash_after_requests,
+        real_memory=sim.gpu_backed,
     )
+    avail_mib = facts.get("avail_mib", plan.free_mib)
     logging.getLogger("tuner.sim.engine").info(
-        logfmt.kv_summary(
-            launch,
-            plan.kv_tokens,
-            engine.max_running,
-            scenario.model.context_len,
-            facts.get("avail_mib", plan.free_mib),
-        )
+        logfmt.kv_summary(launch, plan.kv_tokens, engine.max_running, scenario.model.context_len, avail_mib)
     )
     state = ServerState(
         scenario=scenario,
@@ -218,23 +227,57 @@ async def _serve(
         drift_at=sim.inject.drift_at,
         kv_canary_violation=sim.inject.kv_canary_violation,
     )
+    _handle_signals(state, stop, child, ignore_sigterm=sim.inject.ignore_sigterm)
+    engine_task = asyncio.create_task(engine.run())
+    runner = await _listen(state, child)
+    watch = asyncio.create_task(_watch_child(state, child))
+    if sim.inject.crash_after_ready_s is not None:
+        _crash_later(engine, send, sim.inject.crash_after_ready_s)
+    if not launch.skip_server_warmup:
+        await _warmup(engine)
+    if state.status == "Starting":
+        state.status = "Up"
+        log.info(logfmt.READY)
+    await stop.wait()
+    if state.status == "Draining":
+        send(("exit",))
+        await _join(child, 15.0)
+        if not at_least(launch.version, "0.5.20"):
+            _kill_tree_and_self(None)  # 0.5.9's shutdown ends with SIGKILL of the launcher itself
+    elif child.pid and child.is_alive():  # SIGINT: stop now; the children are killed, not asked
+        os.kill(child.pid, signal.SIGKILL)
+    watch.cancel()
+    engine.kill()
+    await asyncio.gather(engine_task, return_exceptions=True)
+    await runner.cleanup()
+    return 0
+
+
+def _handle_signals(
+    state: ServerState, stop: asyncio.Event, child: BaseProcess, *, ignore_sigterm: bool
+) -> None:
+    """SIGQUIT kills the tree; SIGTERM drains; SIGINT stops now (unless told to ignore both)."""
+    loop = asyncio.get_running_loop()
 
     def on_sigquit() -> None:
         log.error(logfmt.sigquit_running())
         _kill_tree_and_self(child)
 
     loop.add_signal_handler(signal.SIGQUIT, on_sigquit)
-    if not sim.inject.ignore_sigterm:
-        loop.add_signal_handler(signal.SIGTERM, lambda: _start_drain(state, stop))
+    if ignore_sigterm:
+        return
+    loop.add_signal_handler(signal.SIGTERM, lambda: _start_drain(state, stop))
 
-        def on_sigint() -> None:
-            exit_code.update(code=0)
-            state.status = "Stopping"
-            stop.set()
+    def on_sigint() -> None:
+        state.status = "Stopping"
+        stop.set()
 
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
 
-    engine_task = asyncio.create_task(engine.run())
+
+async def _listen(state: ServerState, child: BaseProcess) -> web.AppRunner:
+    """Bind the HTTP port (a taken port ends the tree, as uvicorn's exit does)."""
+    launch = state.launch
     runner = web.AppRunner(make_app(state), access_log=None, handle_signals=False)
     await runner.setup()
     try:
@@ -246,45 +289,32 @@ async def _serve(
         )
         _kill_tree_and_self(child)
     log.info(logfmt.uvicorn_running(launch.host, launch.port), extra={"bare": True})
-    watch = asyncio.create_task(_watch_child(state, child))
-    if sim.inject.crash_after_ready_s is not None:
+    return runner
 
-        def crash() -> None:
-            if not engine.dead:
-                error = (
-                    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
-                    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
-                )
-                send(("crash", logfmt.scheduler_exception("forward", error)))
 
-        loop.call_later(sim.inject.crash_after_ready_s, crash)
-    if not launch.skip_server_warmup:
-        req = Request(
-            prompt_tokens=4,
-            answer=answer(
-                "The capital city of France is", max_tokens=8, ignore_eos=False, temperature=0, request_seed=0
-            ),
-        )
-        engine.submit(req)
-        while (item := await req.queue.get()) is not None and isinstance(item, tuple):
-            pass
-    if state.status == "Starting":
-        state.status = "Up"
-        log.info(logfmt.READY)
-    await stop.wait()
-    if state.status == "Draining":
-        send(("exit",))
-        await _join(child, 15.0)
-        if not at_least(launch.version, "0.5.20"):
-            _kill_tree_and_self(None)  # 0.5.9's shutdown ends with SIGKILL of the launcher itself
-    else:  # SIGINT: stop now; the children are killed, not asked
-        if child.pid and child.is_alive():
-            os.kill(child.pid, signal.SIGKILL)
-    watch.cancel()
-    engine.kill()
-    await asyncio.gather(engine_task, return_exceptions=True)
-    await runner.cleanup()
-    return exit_code["code"]
+def _crash_later(engine: Engine, send: Callable[[tuple[Any, ...]], None], after_s: float) -> None:
+    def crash() -> None:
+        if not engine.dead:
+            error = (
+                "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+            )
+            send(("crash", logfmt.scheduler_exception("forward", error)))
+
+    asyncio.get_running_loop().call_later(after_s, crash)
+
+
+async def _warmup(engine: Engine) -> None:
+    """The server's own warmup request, before it reports ready."""
+    req = Request(
+        prompt_tokens=4,
+        answer=answer(
+            "The capital city of France is", max_tokens=8, ignore_eos=False, temperature=0, request_seed=0
+        ),
+    )
+    engine.submit(req)
+    while (item := await req.queue.get()) is not None and isinstance(item, tuple):
+        pass
 
 
 def _start_drain(state: ServerState, stop: asyncio.Event) -> None:

@@ -14,7 +14,6 @@ survive a load that 0.95 without graphs cannot).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from tuner.sim.scenario import MemorySpec, Scenario
@@ -159,6 +158,3 @@ def mib_to_gb(mib: float) -> float:
     """MiB to the 'GB' SGLang prints (GiB)."""
     return mib / 1024
 
-
-def ceil_mib(mib: float) -> int:
-    return int(math.ceil(mib))

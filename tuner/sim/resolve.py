@@ -125,66 +125,97 @@ def _graph_settings(version: str, given: dict[str, Any]) -> tuple[bool, list[int
     return not disabled, bs, max_bs
 
 
-def resolve_launch(
-    scenario: Scenario, version: str, given: dict[str, Any], cuda_visible_devices: str | None
-) -> Launch:
-    """The resolved launch for parsed flags `given` (argparse dests of the release)."""
-    new_era = at_least(version, "0.5.20")
-    tp = int(_first(given, "tp_size", "tensor_parallel_size") or 1)
-    total = scenario.gpus.total_mib
-    default_chunk, default_max_bs = memory.default_chunk_and_max_bs(total, tp, new_era)
-    chunk = given.get("chunked_prefill_size") or default_chunk
-    max_running = given.get("max_running_requests")
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Graphs:
+    enabled: bool
+    captured: tuple[int, ...]  # () when graphs are off
+    max_bs: int | None  # the largest size SGLang would capture (also when graphs are off)
 
+
+def _graphs(version: str, given: dict[str, Any], default_max_bs: int) -> _Graphs:
+    """The decode graphs SGLang captures for these flags."""
     graphs, bs_list, max_bs = _graph_settings(version, given)
+    max_running = given.get("max_running_requests")
     if bs_list:
         captured = tuple(sorted(set(int(b) for b in bs_list)))
         max_bs = max(captured)
     else:
         if max_bs is None:
             max_bs = default_max_bs
-            if new_era and max_running:
+            if at_least(version, "0.5.20") and max_running:
                 max_bs = min(max_bs, int(max_running))
         captured = memory.default_capture_bs(int(max_bs))
         if at_least(version, "0.5.22") and max_bs not in captured:
             captured = (*captured, int(max_bs))
-    if not graphs:
-        captured = ()
+    return _Graphs(enabled=graphs, captured=captured if graphs else (), max_bs=max_bs)
 
-    fraction = given.get("mem_fraction_static")
-    if fraction is None:
-        fraction = memory.auto_mem_fraction(total, max(chunk, 0), tp, int(max_bs or 0) if graphs else 0)
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Backends:
+    kv_dtype: str  # resolved (never 'auto')
+    prefill: str | None
+    decode: str | None
+    behaviour: str = "ok"
+    error: str = ""
+    prefill_rule: BackendRule
+    decode_rule: BackendRule
+    nan_rules: tuple[BackendRule, ...] = ()
+
+
+def _backends(scenario: Scenario, version: str, given: dict[str, Any]) -> _Backends:
+    """KV dtype and attention backends as SGLang resolves them, with the pair's worst behaviour."""
     prefill = _first(given, "dsa_prefill_backend", "nsa_prefill_backend")
     decode = _first(given, "dsa_decode_backend", "nsa_decode_backend")
     kv = given.get("kv_cache_dtype") or "auto"
-    behaviour, error = "ok", ""
-    prefill_rule = decode_rule = scenario.default_backend
-    nan_rules: list[BackendRule] = []
-    if scenario.model.sparse_attention:
-        if kv == "auto":
-            chosen = scenario.backend(decode).kv_dtype if decode else None
-            kv = chosen or scenario.model.default_kv_dtype
-        auto_p, auto_d = default_backends(version, kv, scenario.gpus.sm_major, scenario.model.architecture)
-        forced = (
-            version_key("0.5.10") <= version_key(version) < version_key("0.5.11")
-            and kv.startswith("fp8")
-            and scenario.gpus.sm_major >= 10
+    default = scenario.default_backend
+    if not scenario.model.sparse_attention:
+        kv = scenario.model.default_kv_dtype if kv == "auto" else kv
+        return _Backends(
+            kv_dtype=kv, prefill=prefill, decode=decode, prefill_rule=default, decode_rule=default
         )
-        prefill = auto_p if forced or prefill is None else prefill
-        decode = auto_d if forced or decode is None else decode
-        prefill_rule, decode_rule = scenario.backend(prefill), scenario.backend(decode)
-        for rule in (prefill_rule, decode_rule):
-            if rule.nan_min_batch is not None:
-                nan_rules.append(rule)
-            b = rule.behaviour
-            if rule.kv_dtype and rule.kv_dtype != kv and b == "ok":
-                b = "garbage"  # a backend that only works with another KV dtype
-            if BEHAVIOURS.index(b) > BEHAVIOURS.index(behaviour):
-                behaviour, error = b, rule.error
-    elif kv == "auto":
-        kv = scenario.model.default_kv_dtype
+    if kv == "auto":
+        chosen = scenario.backend(decode).kv_dtype if decode else None
+        kv = chosen or scenario.model.default_kv_dtype
+    auto_p, auto_d = default_backends(version, kv, scenario.gpus.sm_major, scenario.model.architecture)
+    forced = (
+        version_key("0.5.10") <= version_key(version) < version_key("0.5.11")
+        and kv.startswith("fp8")
+        and scenario.gpus.sm_major >= 10
+    )
+    prefill = auto_p if forced or prefill is None else prefill
+    decode = auto_d if forced or decode is None else decode
+    prefill_rule, decode_rule = scenario.backend(prefill), scenario.backend(decode)
+    behaviour, error = "ok", ""
+    for rule in (prefill_rule, decode_rule):
+        b = rule.behaviour
+        if rule.kv_dtype and rule.kv_dtype != kv and b == "ok":
+            b = "garbage"  # a backend that only works with another KV dtype
+        if BEHAVIOURS.index(b) > BEHAVIOURS.index(behaviour):
+            behaviour, error = b, rule.error
+    return _Backends(
+        kv_dtype=kv,
+        prefill=prefill,
+        decode=decode,
+        behaviour=behaviour,
+        error=error,
+        prefill_rule=prefill_rule,
+        decode_rule=decode_rule,
+        nan_rules=tuple(r for r in (prefill_rule, decode_rule) if r.nan_min_batch is not None),
+    )
 
+
+def _server_args(
+    scenario: Scenario,
+    version: str,
+    given: dict[str, Any],
+    *,
+    tp: int,
+    fraction: float,
+    chunk: int,
+    graphs: _Graphs,
+    backends: _Backends,
+) -> dict[str, Any]:
+    """The ServerArgs-like dict the log dump and /server_info show."""
     args = dict(given)
     args.update(
         model_path=given["model_path"],
@@ -193,19 +224,49 @@ def resolve_launch(
         port=int(given.get("port") or 30000),
         mem_fraction_static=fraction,
         chunked_prefill_size=chunk,
-        max_running_requests=max_running,
-        kv_cache_dtype=kv,
-        disable_cuda_graph=not graphs,
+        max_running_requests=given.get("max_running_requests"),
+        kv_cache_dtype=backends.kv_dtype,
+        disable_cuda_graph=not graphs.enabled,
     )
     args["tp_size" if at_least(version, "0.5.14") else "tensor_parallel_size"] = tp
     bs_key = "cuda_graph_bs_decode" if at_least(version, "0.5.14") else "cuda_graph_bs"
-    args[bs_key] = list(captured) if graphs else None
-    args[bs_key.replace("_bs", "_max_bs")] = int(max_bs) if graphs else None
+    args[bs_key] = list(graphs.captured) if graphs.enabled else None
+    args[bs_key.replace("_bs", "_max_bs")] = int(graphs.max_bs or 0) if graphs.enabled else None
     if scenario.model.sparse_attention:
         prefix = "dsa" if at_least(version, "0.5.13") else "nsa"
-        args[f"{prefix}_prefill_backend"] = prefill
-        args[f"{prefix}_decode_backend"] = decode
+        args[f"{prefix}_prefill_backend"] = backends.prefill
+        args[f"{prefix}_decode_backend"] = backends.decode
         args["attention_backend"] = given.get("attention_backend") or prefix
+    return args
+
+
+def resolve_launch(
+    scenario: Scenario,
+    version: str,
+    given: dict[str, Any],
+    cuda_visible_devices: str | None,
+    *,
+    gpu_count: int | None = None,
+) -> Launch:
+    """The resolved launch for parsed flags `given` (argparse dests of the release).
+
+    `gpu_count` is how many GPUs CUDA_VISIBLE_DEVICES may name (default: the scenario's).
+    """
+    tp = int(_first(given, "tp_size", "tensor_parallel_size") or 1)
+    total = scenario.gpus.total_mib
+    default_chunk, default_max_bs = memory.default_chunk_and_max_bs(total, tp, at_least(version, "0.5.20"))
+    chunk = int(given.get("chunked_prefill_size") or default_chunk)
+    max_running = given.get("max_running_requests")
+    graphs = _graphs(version, given, default_max_bs)
+    fraction = given.get("mem_fraction_static")
+    if fraction is None:
+        graph_bs = int(graphs.max_bs or 0) if graphs.enabled else 0
+        fraction = memory.auto_mem_fraction(total, max(chunk, 0), tp, graph_bs)
+    backends = _backends(scenario, version, given)
+    args = _server_args(
+        scenario, version, given, tp=tp, fraction=fraction, chunk=chunk, graphs=graphs, backends=backends
+    )
+    nan_rules = backends.nan_rules
     return Launch(
         version=version,
         model_path=args["model_path"],
@@ -213,20 +274,20 @@ def resolve_launch(
         host=args["host"],
         port=args["port"],
         tp_size=tp,
-        visible_gpus=visible_gpus(cuda_visible_devices, scenario.gpus.count),
+        visible_gpus=visible_gpus(cuda_visible_devices, gpu_count or scenario.gpus.count),
         mem_fraction_static=float(fraction),
-        chunked_prefill_size=int(chunk),
+        chunked_prefill_size=chunk,
         max_running_requests=int(max_running) if max_running else None,
-        graphs=graphs,
-        captured_bs=captured,
-        cuda_graph_max_bs=int(max_bs) if graphs else None,
-        kv_cache_dtype=kv,
-        prefill_backend=prefill,
-        decode_backend=decode,
-        behaviour=behaviour,
-        unsupported_error=error,
-        prefill_factor=prefill_rule.prefill_factor,
-        decode_factor=decode_rule.decode_factor,
+        graphs=graphs.enabled,
+        captured_bs=graphs.captured,
+        cuda_graph_max_bs=int(graphs.max_bs or 0) if graphs.enabled else None,
+        kv_cache_dtype=backends.kv_dtype,
+        prefill_backend=backends.prefill,
+        decode_backend=backends.decode,
+        behaviour=backends.behaviour,
+        unsupported_error=backends.error,
+        prefill_factor=backends.prefill_rule.prefill_factor,
+        decode_factor=backends.decode_rule.decode_factor,
         nan_min_batch=min((r.nan_min_batch or 1) for r in nan_rules) if nan_rules else None,
         nan_graph_only=bool(nan_rules) and all(r.nan_graph_only for r in nan_rules),
         enable_metrics=bool(given.get("enable_metrics")),

@@ -1,324 +1,26 @@
-"""SGLang's HTTP endpoints over aiohttp.web (reference §3)."""
+"""SGLang's HTTP endpoints over aiohttp.web (reference §3): health, server and model info, metrics, the app.
+
+The generation endpoints live in tuner.sim.generation.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
-from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from tuner.sim import memory, text
-from tuner.sim.engine import DONE, EngineError, Request
+from tuner.sim.engine import EngineError, Request
+from tuner.sim.generation import chat_completions, completions, generate
+from tuner.sim.replies import STATE, json_body, json_response
 from tuner.sim.resolve import at_least
 from tuner.sim.state import ServerState
 
 log = logging.getLogger(__name__)
 
-STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)
 HEALTH_TIMEOUT_S = 20.0
-_DONE_EVENT = b"data: [DONE]\n\n"
-
-
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
-
-
-def _error(message: str, status: int = 400) -> web.Response:
-    return _json(
-        {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status},
-        status,
-    )
-
-
-async def _json_body(request: web.Request) -> Any:
-    """The request's JSON body, or the 400 response SGLang gives a body that is not JSON."""
-    try:
-        return await request.json(loads=orjson.loads)
-    except (ValueError, orjson.JSONDecodeError):
-        return _error("Invalid JSON body.")
-
-
-def _sse(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
-
-
-async def _tokens(state: ServerState, req: Request) -> AsyncIterator[str]:
-    """Pieces of `req` as the scheduler produces them; raises EngineError if it dies."""
-    state.engine.submit(req)
-    state.requests_total += 1
-    try:
-        while True:
-            item = await req.queue.get()
-            if item is DONE:
-                return
-            if isinstance(item, EngineError):
-                raise item
-            yield item[0]
-    finally:
-        if not req.finished:
-            state.engine.cancel(req)
-
-
-def _make_request(
-    state: ServerState,
-    prompt: str,
-    prompt_tokens: int,
-    max_tokens: int | None,
-    body: dict[str, Any],
-    default_max: int,
-) -> Request:
-    # a request must fit the KV pool on its own (it could never finish otherwise)
-    limit = min(state.scenario.model.context_len, state.plan.kv_tokens) - prompt_tokens
-    max_new = max(1, min(limit, int(max_tokens if max_tokens is not None else default_max)))
-    temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
-    answer = text.answer(
-        prompt,
-        max_tokens=max_new,
-        ignore_eos=bool(body.get("ignore_eos", False)),
-        temperature=temperature,
-        request_seed=int(body.get("seed") or uuid.uuid4().int & 0xFFFFFFFF),
-    )
-    if state.drift_at is not None and temperature == 0 and len(answer.pieces) > state.drift_at:
-        pieces = list(answer.pieces)
-        pieces[state.drift_at :] = [" drift"] * (len(pieces) - state.drift_at)
-        answer = replace(answer, pieces=tuple(pieces))
-    if state.kv_canary_violation:
-        state.kv_canary_violation = False
-        log.warning(
-            "kv_canary violation: launch_tag=HEAD fail_reason=verify_real_kv_hash slot_idx=17 position=5 "
-            "stored_token=100 expected_token=100 stored_chain_hash=0x00000000000000aa "
-            "expected_aux=0x00000000000000ab"
-        )
-    return Request(prompt_tokens=max(1, prompt_tokens), answer=answer)
-
-
-def _gate(state: ServerState) -> web.Response | None:
-    if state.status == "Draining":
-        return _error("The server is shutting down.", 503)
-    if state.engine.dead:
-        return _error("The scheduler is dead.", 503)
-    return None
-
-
-def _too_long(state: ServerState, prompt_tokens: int) -> web.Response | None:
-    ctx = state.scenario.model.context_len
-    if prompt_tokens >= ctx:
-        return _error(
-            f"The input ({prompt_tokens} tokens) is longer than the model's context length ({ctx} tokens)."
-        )
-    if prompt_tokens >= state.plan.kv_tokens:
-        return _error(
-            f"Input length ({prompt_tokens} tokens) exceeds the maximum allowed length "
-            f"({state.plan.kv_tokens - 1} tokens). Use a shorter input or enable --allow-auto-truncate."
-        )
-    return None
-
-
-def _usage(req: Request) -> dict[str, Any]:
-    return {
-        "prompt_tokens": req.prompt_tokens,
-        "total_tokens": req.prompt_tokens + req.generated,
-        "completion_tokens": req.generated,
-        "prompt_tokens_details": None,
-        "reasoning_tokens": 0,
-    }
-
-
-async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
-    state = request.app[STATE]
-    if (busy := _gate(state)) is not None:
-        return busy
-    body = await _json_body(request)
-    if isinstance(body, web.Response):
-        return body
-    if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return _error("messages must be a non-empty list.")
-        prompt = str(messages[-1].get("content") or "")
-        prompt_tokens = text.chat_prompt_tokens(messages)
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        default_max = 4096
-    else:
-        raw = body.get("prompt")
-        if isinstance(raw, list) and raw and isinstance(raw[0], int):
-            prompt, prompt_tokens = "ids:" + ",".join(map(str, raw[:64])), len(raw)
-        elif isinstance(raw, str):
-            prompt, prompt_tokens = raw, text.count_tokens(raw)
-        else:
-            return _error("prompt must be a string or a list of token ids.")
-        max_tokens, default_max = body.get("max_tokens"), 16
-    if (err := _too_long(state, prompt_tokens)) is not None:
-        return err
-    req = _make_request(state, prompt, prompt_tokens, max_tokens, body, default_max)
-    rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
-    model = state.launch.served_model_name
-    created = int(time.time())
-    kind = "chat.completion" if chat else "text_completion"
-    state.active_http += 1
-    try:
-        if not body.get("stream"):
-            try:
-                out = "".join([p async for p in _tokens(state, req)])
-            except EngineError as exc:
-                return _error(str(exc), 500)
-            choice: dict[str, Any] = {
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": req.answer.finish_reason,
-                "matched_stop": None,
-            }
-            if chat:
-                choice["message"] = {
-                    "role": "assistant",
-                    "content": out,
-                    "reasoning_content": None,
-                    "tool_calls": None,
-                }
-            else:
-                choice["text"] = out
-            return _json(
-                {
-                    "id": rid,
-                    "object": kind,
-                    "created": created,
-                    "model": model,
-                    "choices": [choice],
-                    "usage": _usage(req),
-                }
-            )
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(payload: dict[str, Any], finish: str | None) -> bytes:
-            c: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
-            if chat:
-                c["delta"] = payload
-            else:
-                c["text"] = payload.get("content", "")
-            return _sse({"id": rid, "object": chunk_kind, "created": created, "model": model, "choices": [c]})
-
-        if chat:
-            await resp.write(chunk({"role": "assistant", "content": ""}, None))
-        try:
-            async for piece in _tokens(state, req):
-                await resp.write(chunk({"content": piece}, None))
-        except EngineError:
-            return resp  # connection ends without [DONE], as when the server dies
-        await resp.write(chunk({}, req.answer.finish_reason))
-        options = body.get("stream_options") or {}
-        if options.get("include_usage") or state.launch.args.get("stream_response_default_include_usage"):
-            await resp.write(
-                _sse(
-                    {
-                        "id": rid,
-                        "object": chunk_kind,
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": _usage(req),
-                    }
-                )
-            )
-        await resp.write(_DONE_EVENT)
-        return resp
-    finally:
-        state.active_http -= 1
-
-
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _openai(request, chat=True)
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await _openai(request, chat=False)
-
-
-def _meta(state: ServerState, req: Request, finished: bool, completion_tokens: int) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "id": req.rid,
-        "finish_reason": None,
-        "prompt_tokens": req.prompt_tokens,
-        "weight_version": "default",
-        "completion_tokens": completion_tokens,
-        "cached_tokens": 0,
-    }
-    if finished:
-        reason = req.answer.finish_reason
-        meta["finish_reason"] = (
-            {"type": "length", "length": completion_tokens}
-            if reason == "length"
-            else {"type": "stop", "matched": 151329}
-        )
-        meta["e2e_latency"] = time.monotonic() - req.arrival_s
-    return meta
-
-
-async def generate(request: web.Request) -> web.StreamResponse:
-    state = request.app[STATE]
-    if (busy := _gate(state)) is not None:
-        return busy
-    body = await _json_body(request)
-    if isinstance(body, web.Response):
-        return body
-    params = dict(body.get("sampling_params") or {})
-    if "input_ids" in body and body["input_ids"] is not None:
-        input_ids = body["input_ids"]
-        prompt, prompt_tokens = "ids:" + ",".join(map(str, input_ids[:64])), len(input_ids)
-    elif isinstance(body.get("text"), str):
-        prompt, prompt_tokens = body["text"], text.count_tokens(body["text"])
-    else:
-        return _error("Either text or input_ids should be provided.")
-    if (err := _too_long(state, prompt_tokens)) is not None:
-        return err
-    req = _make_request(state, prompt, prompt_tokens, params.get("max_new_tokens"), params, 128)
-    incremental = bool(
-        state.launch.args.get("incremental_streaming_output") or state.launch.args.get("stream_output")
-    )
-    state.active_http += 1
-    try:
-        if not body.get("stream"):
-            try:
-                out = "".join([p async for p in _tokens(state, req)])
-            except EngineError as exc:
-                return _error(str(exc), 500)
-            output_ids = [text.token_id(p) for p in text.tokenize(out)]
-            return _json(
-                {"text": out, "output_ids": output_ids, "meta_info": _meta(state, req, True, req.generated)}
-            )
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        so_far: list[str] = []
-        ids: list[int] = []
-        try:
-            async for piece in _tokens(state, req):
-                so_far.append(piece)
-                ids.append(text.token_id(piece))
-                done = len(so_far) >= len(req.answer.pieces)
-                out = piece if incremental else "".join(so_far)
-                out_ids = ids[-1:] if incremental else ids
-                await resp.write(
-                    _sse(
-                        {
-                            "text": out,
-                            "output_ids": out_ids,
-                            "meta_info": _meta(state, req, done, len(so_far)),
-                        }
-                    )
-                )
-        except EngineError:
-            return resp
-        await resp.write(_DONE_EVENT)
-        return resp
-    finally:
-        state.active_http -= 1
 
 
 async def health(request: web.Request) -> web.Response:
@@ -344,7 +46,7 @@ async def health(request: web.Request) -> web.Response:
 async def ready(request: web.Request) -> web.Response:
     state = request.app[STATE]
     ok = state.status == "Up" and not state.engine.dead
-    return _json({"status": "ready" if ok else "not ready"}, 200 if ok else 503)
+    return json_response({"status": "ready" if ok else "not ready"}, 200 if ok else 503)
 
 
 def server_info_doc(state: ServerState) -> dict[str, Any]:
@@ -386,7 +88,7 @@ def server_info_doc(state: ServerState) -> dict[str, Any]:
 
 
 async def server_info(request: web.Request) -> web.Response:
-    return _json(server_info_doc(request.app[STATE]))
+    return json_response(server_info_doc(request.app[STATE]))
 
 
 async def get_server_info(request: web.Request) -> web.Response:
@@ -396,12 +98,12 @@ async def get_server_info(request: web.Request) -> web.Response:
             "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
             "Please use '/server_info' instead."
         )
-    return _json(server_info_doc(state))
+    return json_response(server_info_doc(state))
 
 
 async def model_info(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return _json(
+    return json_response(
         {
             "model_path": state.launch.model_path,
             "tokenizer_path": state.launch.model_path,
@@ -419,7 +121,7 @@ async def model_info(request: web.Request) -> web.Response:
 async def models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     name = state.launch.served_model_name
-    return _json(
+    return json_response(
         {
             "object": "list",
             "data": [
@@ -451,12 +153,12 @@ async def flush_cache(request: web.Request) -> web.Response:
 
 async def tokenize(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    body = await _json_body(request)
+    body = await json_body(request)
     if isinstance(body, web.Response):
         return body
     prompt = body.get("prompt", "")
     pieces = text.tokenize(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
-    return _json(
+    return json_response(
         {
             "tokens": [text.token_id(p) for p in pieces],
             "count": len(pieces),

@@ -1,38 +1,20 @@
-"""The simulated GPU-memory contract read by the tuner's GPU probe.
+"""The simulator's side of the GPU state files (format and env var: tuner.gpu.statefile).
 
-    $TUNER_SIM_STATE_DIR/gpus.json        {"gpus": [{"index", "uuid", "name", "compute_capability",
-                                            "total_mib", "driver": "sim"}, ...]}
-    $TUNER_SIM_STATE_DIR/procs/<pid>.json {"pid": <pid>, "used_mib": {"<physical index>": MiB, ...}}
-
-Files are replaced atomically. A process removes its own file on a clean exit;
-a killed one leaves it (readers ignore files of dead pids, as NVML forgets them).
+The scenario's GPUs are published once per launch; each process holding simulated memory
+publishes its own file and removes it on a clean exit.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import uuid
 from pathlib import Path
-from typing import Any
 
+from tuner.gpu.statefile import StateGpu, remove_proc, state_dir, write_gpus, write_proc
 from tuner.sim.scenario import Scenario
 
-ENV = "TUNER_SIM_STATE_DIR"
+__all__ = ["gpu_uuid", "publish_gpus", "remove_proc", "state_dir", "write_proc"]
+
 _NS = uuid.UUID("5d2f0c1e-6b7a-4c1e-9a55-7f1d2c3b4a59")
-
-
-def state_dir(environ: dict[str, str] | None = None) -> Path | None:
-    """The state directory from the environment, or None when the contract is off."""
-    value = (environ if environ is not None else os.environ).get(ENV)
-    return Path(value) if value else None
-
-
-def write_json_atomic(path: Path, obj: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
 
 
 def gpu_uuid(scenario: Scenario, index: int) -> str:
@@ -40,38 +22,21 @@ def gpu_uuid(scenario: Scenario, index: int) -> str:
     return f"GPU-{uuid.uuid5(_NS, f'{scenario.name}/{index}')}"
 
 
-def gpus_document(scenario: Scenario) -> dict[str, Any]:
+def scenario_gpus(scenario: Scenario) -> tuple[StateGpu, ...]:
+    """The scenario's GPUs as the state file lists them."""
     g = scenario.gpus
-    return {
-        "gpus": [
-            {
-                "index": i,
-                "uuid": gpu_uuid(scenario, i),
-                "name": g.name,
-                "compute_capability": g.compute_capability,
-                "total_mib": g.total_mib,
-                "driver": "sim",
-            }
-            for i in range(g.count)
-        ]
-    }
-
-
-def write_gpus(directory: Path, scenario: Scenario) -> None:
-    write_json_atomic(directory / "gpus.json", gpus_document(scenario))
-
-
-def proc_path(directory: Path, pid: int) -> Path:
-    return directory / "procs" / f"{pid}.json"
-
-
-def write_proc(directory: Path, gpus: tuple[int, ...], used_mib: float) -> None:
-    """Record that this process holds `used_mib` on each of `gpus`."""
-    pid = os.getpid()
-    write_json_atomic(
-        proc_path(directory, pid), {"pid": pid, "used_mib": {str(g): int(round(used_mib)) for g in gpus}}
+    return tuple(
+        StateGpu(
+            index=i,
+            uuid=gpu_uuid(scenario, i),
+            name=g.name,
+            compute_capability=g.compute_capability,
+            total_mib=g.total_mib,
+        )
+        for i in range(g.count)
     )
 
 
-def remove_proc(directory: Path) -> None:
-    proc_path(directory, os.getpid()).unlink(missing_ok=True)
+def publish_gpus(directory: Path, scenario: Scenario) -> None:
+    """Write the scenario's `gpus.json`."""
+    write_gpus(directory, scenario_gpus(scenario))

@@ -39,7 +39,7 @@ def _release(value: object) -> object:
 class EngineSpec(Settings):
     """What serves a trial: real SGLang or the simulator, started with the same flags."""
 
-    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version")
+    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version", "gpu_backed")
 
     kind: Literal["sglang", "sim"]
     python: str = Field(default=sys.executable, min_length=1)
@@ -50,6 +50,8 @@ class EngineSpec(Settings):
         pattern=f"^(?:{VERSION_PATTERN})$",
         json_schema_extra={"expected": "a release such as 0.5.9"},
     )
+    # sim only: hold real GPU memory for the model (torch) and read it through NVML
+    gpu_backed: bool = False
 
     @property
     def module(self) -> str:
@@ -177,6 +179,7 @@ class Budget(Settings):
 
     n_trials: int | None = Field(default=None, ge=1)
     timeout_s: Duration | None = Field(default=None, validation_alias="timeout")
+    parallel: int = Field(default=1, ge=1)  # trials at once on one node, on disjoint GPU sets
     max_infra_failures: int = Field(default=3, ge=1)
     infra_backoff_s: Duration = Field(default=2.0, validation_alias="infra_backoff")
     infra_backoff_max_s: Duration = Field(default=60.0, validation_alias="infra_backoff_max")

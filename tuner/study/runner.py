@@ -232,6 +232,7 @@ class StudyRunner:
             record_heartbeat(self.study, trial)  # stale from now on if this worker dies
             trial.set_user_attr("host", self.host)
             trial.set_user_attr("pid", os.getpid())
+            trial.set_user_attr("gpus", list(self.space.gpus))  # `status` shows where it runs
             if self.hooks.on_start is not None:
                 self.hooks.on_start(trial.number, done)
             return trial
