@@ -16,7 +16,7 @@ import yaml
 
 from tuner.report.frame import load_study_data
 from tuner.report.profile import split_launcher
-from tuner.sglang.flags import config_to_argv
+from tuner.sglang.config_yaml import config_to_argv
 from tuner.sglang.options import build_parser, builtin_table
 from tuner.sglang.process import free_port
 

@@ -12,7 +12,8 @@ import pytest
 
 from tuner.config import CudaGraph, TrialConfig
 from tuner.errors import FlagError
-from tuner.sglang.flags import config_to_argv, config_yaml, render_flags, validate_flags
+from tuner.sglang.config_yaml import config_to_argv, config_yaml
+from tuner.sglang.flags import render_flags, validate_flags
 from tuner.sglang.introspect import detect_sglang_version, installed_option_table, parse_with_installed
 from tuner.sglang.options import OptionTable, builtin_table
 

@@ -16,7 +16,7 @@ from tuner.config import Outcome
 from tuner.errors import ProfileError
 from tuner.report.export import build_profile, choose_best, select, spreads, utopia_distances
 from tuner.report.profile import profile_dict, render_json, render_sh, render_yaml, split_launcher
-from tuner.sglang.flags import config_to_argv
+from tuner.sglang.config_yaml import config_to_argv
 from tuner.sglang.options import build_parser, builtin_table
 
 TABLE = builtin_table("0.5.9")

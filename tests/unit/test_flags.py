@@ -10,7 +10,8 @@ import yaml
 
 from tuner.config import CudaGraph, TrialConfig
 from tuner.errors import ConfigError, FlagError
-from tuner.sglang.flags import config_to_argv, config_yaml, render_flags, replacement, validate_flags
+from tuner.sglang.config_yaml import config_to_argv, config_yaml
+from tuner.sglang.flags import render_flags, replacement, validate_flags
 from tuner.sglang.options import OptionTable, build_parser, builtin_table, table_from_entries
 
 VERSIONS = ("0.5.4", "0.5.9", "0.5.13", "0.5.16", "0.5.20", "0.5.23")

@@ -249,7 +249,7 @@ def gate_lines(result: GateResult) -> list[str]:
 def cmd_reference(args: argparse.Namespace) -> int:
     from tuner.gate.reference import GreedyOutput
     from tuner.report.frame import load_study_data
-    from tuner.store.sql import database_url
+    from tuner.store.connect import database_url
 
     data = load_study_data(database_url(args.db), args.study)
     row = data.row_of(args.trial)

@@ -126,7 +126,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.report.export import build_profile, select
     from tuner.report.frame import load_study_data
     from tuner.report.profile import render
-    from tuner.store.sql import database_url
+    from tuner.store.connect import database_url
 
     data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args))
     if args.trial is None and (args.allow_infeasible and not args.best):
@@ -172,7 +172,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     from tuner.report.export import build_profile, select
     from tuner.report.frame import load_study_data
     from tuner.space.loader import load_space
-    from tuner.store.sql import database_url
+    from tuner.store.connect import database_url
     from tuner.study.confirm import confirm
 
     space = load_space(args.space)
@@ -232,7 +232,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tuner.report.frame import load_study_data, trials_frame
     from tuner.report.pareto import front_frame, pareto_front
     from tuner.report.plots import history_plot, latency_plot, metric_vs_param_plot, pareto_plot, save_png
-    from tuner.store.sql import SqlStore, database_url
+    from tuner.store.connect import database_url
+    from tuner.store.sql import SqlStore
 
     if args.out is None and args.html is None:
         raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")

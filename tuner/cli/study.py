@@ -93,7 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tuner.cli.display import RunDisplay
-    from tuner.store.sql import database_url
+    from tuner.store.connect import database_url
     from tuner.study.events import Hooks, TrialEvent
     from tuner.study.runner import StudyRunner
 
@@ -166,7 +166,7 @@ def _space_to_run(args: argparse.Namespace, url: str) -> tuple[SearchSpace, str 
 
     study_name = args.study
     if args.space is None:
-        from tuner.store.sql import mask_url
+        from tuner.store.connect import mask_url
         from tuner.study.resume import choose_study, stored_studies
         from tuner.study.storage import make_storage
 
@@ -253,7 +253,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from tuner.report.status import print_status
-    from tuner.store.sql import SqlStore, database_url
+    from tuner.store.connect import database_url
+    from tuner.store.sql import SqlStore
 
     store = SqlStore(database_url(args.db), create=False)
     preferred = None
@@ -267,7 +268,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
-    from tuner.store.sql import SqlStore, database_url
+    from tuner.store.connect import database_url
+    from tuner.store.sql import SqlStore
 
     store = SqlStore(database_url(args.db), create=False)
     if args.show_space is not None:
@@ -279,7 +281,7 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 
 def _show_space(url: str, name: str) -> int:
-    from tuner.store.sql import mask_url
+    from tuner.store.connect import mask_url
     from tuner.study.resume import choose_study, stored_studies
     from tuner.study.storage import make_storage
 

@@ -151,15 +151,10 @@ async def run_gate(
         fatal = work.result() if work in done else None
 
     lines = tuple(nan_lines())
-    reason: str | None
     answers = tuple(sorted(run.answers, key=lambda a: (a.round is GateRound.BURST, a.index)))
-    if work not in done:
-        died = server_died is not None and server_died.is_set()
-        verdict, reason = stopped_verdict(answers, lines, died=died, timeout_s=settings.timeout_s)
-    elif fatal is not None:
-        verdict, reason = GateVerdict.ERROR, fatal
-    else:
-        verdict, reason = summarize(answers, lines)
+    finished = work in done
+    died = server_died is not None and server_died.is_set()
+    verdict, reason = _verdict(answers, lines, finished=finished, fatal=fatal, died=died, settings=settings)
     check = run.reference
     if verdict is GateVerdict.PASSED and check is not None and not check.passed:
         verdict, reason = GateVerdict.WRONG_ANSWER, check.reason()
@@ -180,6 +175,23 @@ async def run_gate(
         result.reason or "all answers passed",
     )
     return result
+
+
+def _verdict(
+    answers: Sequence[GateAnswer],
+    lines: Sequence[str],
+    *,
+    finished: bool,
+    fatal: str | None,
+    died: bool,
+    settings: GateSettings,
+) -> tuple[GateVerdict, str | None]:
+    """The verdict of the answers: a stopped gate's, an HTTP failure's, or the answers' own."""
+    if not finished:
+        return stopped_verdict(answers, lines, died=died, timeout_s=settings.timeout_s)
+    if fatal is not None:
+        return GateVerdict.ERROR, fatal
+    return summarize(answers, lines)
 
 
 async def _wait_set(is_set: Callable[[], bool]) -> None:

@@ -31,8 +31,9 @@ from tuner.config import Outcome
 from tuner.errors import StoreError
 from tuner.metrics import METRICS
 from tuner.store.codec import finite
+from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.rows import StoredTrial
-from tuner.store.sql import SqlStore, mask_url, optuna_storage_kwargs
+from tuner.store.sql import SqlStore
 
 __all__ = [
     "StudyData",

@@ -19,7 +19,7 @@ import yaml
 
 from tuner.errors import FlagError, ProfileError
 from tuner.report.export import Profile, Spread, knob_line
-from tuner.sglang.flags import config_yaml
+from tuner.sglang.config_yaml import config_yaml
 from tuner.sglang.options import OptionTable
 from tuner.store.codec import REDACTED, is_secret_env, is_secret_flag, redact_argv, redact_env, to_jsonable
 

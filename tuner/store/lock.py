@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from tuner.errors import StoreError
-from tuner.store.sql import mask_url, ping_idle_connections
+from tuner.store.connect import mask_url, ping_idle_connections
 
 KEEPALIVE_IDLE_S = 30  # silence before the server probes the worker's connection
 KEEPALIVE_INTERVAL_S = 10

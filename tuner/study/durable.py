@@ -27,8 +27,9 @@ import sqlalchemy as sa
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StoreError, StoreLostError
+from tuner.store.connect import mask_url
 from tuner.store.health import StoreWatch
-from tuner.store.sql import SqlStore, mask_url
+from tuner.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
 

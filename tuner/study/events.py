@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from tuner.config import Outcome, Phase
+from tuner.config import Outcome, Phase, TrialResult
+from tuner.session import TrialContext
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,3 +50,42 @@ class Hooks:
         self.on_phase = on_phase
         self.on_trial = on_trial
         self.on_start = on_start
+
+
+def trial_event(
+    number: int,
+    outcome: Outcome,
+    values: tuple[float, ...],
+    feasible: bool,
+    reused: int | None,
+    message: str,
+    t0: float,
+    asked_at: float,
+    result: TrialResult | None = None,
+) -> TrialEvent:
+    """The event of a finished trial; its overhead is the time since the ask not spent on the server."""
+    now = time.monotonic()
+    overhead = None
+    if result is not None:
+        t = result.timings
+        waited = t.wait_gpus_s + t.launch_s + t.gate_s + t.bench_s + t.teardown_s
+        overhead = max(0.0, now - asked_at - waited)
+    return TrialEvent(
+        number=number,
+        outcome=outcome,
+        values=values,
+        feasible=feasible,
+        reused_from=reused,
+        message=message,
+        duration_s=now - t0,
+        overhead_s=overhead,
+        launched=result is not None,
+    )
+
+
+def with_phase_hook(ctx: TrialContext, number: int, hooks: Hooks) -> TrialContext:
+    """The trial context whose phase callback reports this trial's number to the hooks."""
+    if hooks.on_phase is None:
+        return ctx
+    on_phase = hooks.on_phase
+    return replace(ctx, on_phase=lambda phase, detail: on_phase(number, phase, detail))

@@ -105,3 +105,17 @@ def running_keys(trials: Iterable[FrozenTrial], *, exclude: int) -> Mapping[str,
         for t in trials
         if t.state is TrialState.RUNNING and t.number != exclude and "cfg_hash" in t.user_attrs
     }
+
+
+def measured_before(trials: Iterable[FrozenTrial], chash: str, *, exclude: int) -> FrozenTrial | None:
+    """A launched, finished trial of the same launch key (its result is reused instead of relaunching)."""
+    for t in trials:
+        attrs = t.user_attrs
+        if (
+            t.state is TrialState.COMPLETE
+            and t.number != exclude
+            and attrs.get("cfg_hash") == chash
+            and not any(attrs.get(k) for k in NOT_LAUNCHED)
+        ):
+            return t
+    return None

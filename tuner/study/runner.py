@@ -39,8 +39,8 @@ from tuner.study import finalists
 from tuner.study.backoff import InfraBackoff
 from tuner.study.claims import claim_launch
 from tuner.study.durable import finish_recorded, store_guard
-from tuner.study.events import Hooks, RunSummary, TrialEvent
-from tuner.study.learn import NOT_LAUNCHED, policy_for, sampler_seed, study_evidence
+from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
+from tuner.study.learn import NOT_LAUNCHED, measured_before, policy_for, sampler_seed, study_evidence
 from tuner.study.storage import Heartbeat, ask_lock, make_sampler, open_study, record_heartbeat, worker_lock
 from tuner.study.tell import Teller
 from tuner.study.warm import WarmStart
@@ -302,7 +302,7 @@ class StudyRunner:
                 sleep=INTERRUPTS.nap,
             )  # fmt: skip
             with INTERRUPTS.deferred():
-                reused = self._measured_before(chash, exclude=trial.number)
+                reused = measured_before(self.study.get_trials(deepcopy=False), chash, exclude=trial.number)
                 if reused is not None:
                     self.teller.reused(trial, reused)
                     outcome = Outcome(reused.user_attrs.get("outcome", "ok"))
@@ -315,7 +315,7 @@ class StudyRunner:
                 p = decision.prediction
                 trial.set_user_attr("pred_kv_tokens", p.kv_tokens)
                 trial.set_user_attr("pred_min_free_mib", p.min_free_mib)
-            phase_ctx = _with_phase_hook(ctx, trial.number, self.hooks)
+            phase_ctx = with_phase_hook(ctx, trial.number, self.hooks)
             result = self.execute(config, phase_ctx, label=label, prepared=prepared)
         with INTERRUPTS.deferred():
             verdict = self.teller.launched(trial, result, params, chash)
@@ -335,7 +335,7 @@ class StudyRunner:
         number = job.trial.number
         config = config_from_params(self.space, job.trial.params)
         label = f"finalist-{number:04d}-{job.repeat}"
-        result = self.execute(config, _with_phase_hook(ctx, number, self.hooks), label=label)
+        result = self.execute(config, with_phase_hook(ctx, number, self.hooks), label=label)
         with INTERRUPTS.deferred():
             verdict = self.teller.verdict(result)
             original = next(
@@ -374,17 +374,6 @@ class StudyRunner:
                 state[key] -= 1
                 self.study.set_user_attr(finalists.STATE_ATTR, state)
 
-    def _measured_before(self, chash: str, *, exclude: int) -> FrozenTrial | None:
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            attrs = t.user_attrs
-            if (
-                t.number != exclude
-                and attrs.get("cfg_hash") == chash
-                and not any(attrs.get(k) for k in NOT_LAUNCHED)
-            ):
-                return t
-        return None
-
     def _announce(
         self,
         number: int,
@@ -396,30 +385,6 @@ class StudyRunner:
         t0: float,
         result: TrialResult | None = None,
     ) -> None:
-        now = time.monotonic()
-        overhead = None
-        if result is not None:
-            t = result.timings
-            waited = t.wait_gpus_s + t.launch_s + t.gate_s + t.bench_s + t.teardown_s
-            overhead = max(0.0, now - self._ask_started - waited)
+        event = trial_event(number, outcome, values, feasible, reused, message, t0, self._ask_started, result)
         if self.hooks.on_trial is not None:
-            self.hooks.on_trial(
-                TrialEvent(
-                    number=number,
-                    outcome=outcome,
-                    values=values,
-                    feasible=feasible,
-                    reused_from=reused,
-                    message=message,
-                    duration_s=now - t0,
-                    overhead_s=overhead,
-                    launched=result is not None,
-                )
-            )
-
-
-def _with_phase_hook(ctx: TrialContext, number: int, hooks: Hooks) -> TrialContext:
-    if hooks.on_phase is None:
-        return ctx
-    on_phase = hooks.on_phase
-    return replace(ctx, on_phase=lambda phase, detail: on_phase(number, phase, detail))
+            self.hooks.on_trial(event)

@@ -25,8 +25,8 @@ from sqlalchemy.engine import make_url
 from tuner.errors import ConfigError, StoreError
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective, WorkerSettings
+from tuner.store.connect import mask_url, optuna_storage_kwargs, ping_idle_connections
 from tuner.store.lock import AdvisoryLock, supports_advisory_lock
-from tuner.store.sql import mask_url, optuna_storage_kwargs, ping_idle_connections
 from tuner.study.resume import remember_space
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from tuner.search.evidence import Evidence
 from tuner.session import render_launch
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.space.sampling import joined_params
-from tuner.store.sql import mask_url, optuna_storage_kwargs
+from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.study.learn import NOT_LAUNCHED, study_evidence
 
 log = logging.getLogger(__name__)
