@@ -19,15 +19,9 @@ from tuner.config import Failure, Outcome, Phase, TrialConfig
 from tuner.errors import ConfigError, StoreError
 from tuner.store import schema as store_schema
 from tuner.store import sql as store_module
-from tuner.store.sql import (
-    SqlStore,
-    database_url,
-    make_engine,
-    mask_url,
-    optuna_storage_kwargs,
-    redact_argv,
-    redact_env,
-)
+from tuner.store.codec import redact_argv, redact_env
+from tuner.store.connect import database_url, make_engine, mask_url, optuna_storage_kwargs
+from tuner.store.sql import SqlStore
 
 
 def file_url(tmp_path: Path) -> str:
