@@ -17,6 +17,7 @@ Gaussian factor per launch, σ = noise_pct, clipped to ±10%, as the live simula
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ class World:
     """One shipped sim space: its product space, its oracle, its true best and front."""
 
     def __init__(self, path: Path) -> None:
+        logging.getLogger("tuner").setLevel(logging.ERROR)  # a launch per point: no flag warnings
         self.path = path
         self.sim = read_space(path)
         self.scenario = self.sim.scenario()
