@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-
 from search_world import Shot, World
+
 from tuner.config import Failure, LaunchSpec, TrialConfig, TrialResult
 from tuner.session import TrialContext, prepare_launch
 from tuner.space.loader import ParamKind
@@ -67,7 +67,9 @@ def _quiet() -> None:
 
 def _step(world: World, config: TrialConfig, rng: random.Random, *, repeat: bool = False) -> Step:
     shot = world.shot_of(world.spec(config))
-    return Step(config=config, shot=shot, measured=world.measure(shot, rng) if shot.measured else None, repeat=repeat)
+    return Step(
+        config=config, shot=shot, measured=world.measure(shot, rng) if shot.measured else None, repeat=repeat
+    )
 
 
 def noise_rng(world: World, seed: int, strategy: str) -> random.Random:
@@ -77,8 +79,13 @@ def noise_rng(world: World, seed: int, strategy: str) -> random.Random:
 # -- a: the tuner ---------------------------------------------------------------------------------
 
 
-def run_tuner(world: World, seed: int, budget: int, *, db_dir: Path | None = None) -> Run:
-    """The real StudyRunner on a temporary SQLite file; every launch answered by the oracle."""
+def run_tuner(
+    world: World, seed: int, budget: int, *, finalists: bool = True, db_dir: Path | None = None
+) -> Run:
+    """The real StudyRunner on a temporary SQLite file; every launch answered by the oracle.
+
+    `finalists=False` turns the finalists' re-measurements off (a diagnostic: all launches explore).
+    """
     _quiet()
     rng = noise_rng(world, seed, "tuner")
     steps: list[Step] = []
@@ -108,11 +115,15 @@ def run_tuner(world: World, seed: int, budget: int, *, db_dir: Path | None = Non
             log_dir=Path(tmp),
             sampler=world.space.sampler.model_copy(update={"seed": seed}),
         )
+        if not finalists:
+            search = world.space.search
+            off = search.finalists.model_copy(update={"count": 0})
+            space = replace(space, search=search.model_copy(update={"finalists": off}))
         runner = StudyRunner(space, db_url=f"sqlite:///{tmp}/study.db", n_trials=budget, execute=execute)
         summary = runner.run()
         pruned = sum(1 for t in runner.study.get_trials(deepcopy=False) if t.user_attrs.get("pruned"))
     return Run(
-        strategy="tuner",
+        strategy="tuner" if finalists else "tuner-nofin",
         steps=steps,
         asks=summary.ran,
         note=summary.exhausted or "",
@@ -134,7 +145,9 @@ def _suggest_plain(world: World, trial: optuna.Trial) -> dict[str, object]:
             values[p.name] = trial.suggest_float(p.name, p.low, p.high, step=p.step, log=p.log)
         elif p.kind is ParamKind.INT:
             assert p.low is not None and p.high is not None
-            values[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+            values[p.name] = trial.suggest_int(
+                p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log
+            )
         else:
             values[p.name] = trial.suggest_categorical(p.name, p.choices)
     return values
@@ -248,6 +261,10 @@ def run_tier(world: World, seed: int, budget: int, tier_size: int = 8) -> Run:
     return Run(strategy="tier", steps=steps, asks=len(steps))
 
 
+def run_tuner_without_finalists(world: World, seed: int, budget: int) -> Run:
+    return run_tuner(world, seed, budget, finalists=False)
+
+
 STRATEGIES: dict[str, Callable[[World, int, int], Run]] = {
     "tuner": run_tuner,
     "tpe": run_tpe,
@@ -255,3 +272,4 @@ STRATEGIES: dict[str, Callable[[World, int, int], Run]] = {
     "grid": run_grid,
     "tier": run_tier,
 }
+DIAGNOSTICS: dict[str, Callable[[World, int, int], Run]] = {"tuner-nofin": run_tuner_without_finalists}

@@ -27,7 +27,16 @@ from typing import Any
 
 from tuner.bench.settings import LoadPoint
 from tuner.bench.types import BenchMetrics, BenchResult, LatencyStats, LoadPointResult
-from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts, StageTimings, TrialConfig, TrialResult
+from tuner.config import (
+    Failure,
+    LaunchSpec,
+    Outcome,
+    Phase,
+    ServerFacts,
+    StageTimings,
+    TrialConfig,
+    TrialResult,
+)
 from tuner.engine import engine_for
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.rules import Rule, rules_from
@@ -173,7 +182,11 @@ class World:
             error = logfmt.not_enough_memory(launch.version, launch.mem_fraction_static)
             return [*lines, *logfmt.scheduler_exception("kv", error).splitlines(), SIGQUIT]
         avail = total - plan.weights_mib - plan.kv_mib - plan.overhead_mib
-        lines.append(logfmt.kv_allocated(launch, plan.kv_tokens, plan.kv_mib, memory.torch_kv_dtype(launch.kv_cache_dtype)))
+        lines.append(
+            logfmt.kv_allocated(
+                launch, plan.kv_tokens, plan.kv_mib, memory.torch_kv_dtype(launch.kv_cache_dtype)
+            )
+        )
         lines.append(logfmt.pool_end(avail))
         if o is SimOutcome.UNSUPPORTED:
             where = "capture" if launch.graphs else "forward"
@@ -242,7 +255,8 @@ class World:
             request_throughput=w.num_prompts / duration, input_throughput=in_tokens / duration,
             input_throughput_server=in_tokens / duration, output_throughput=output_tok_s,
             total_throughput=(in_tokens + out_tokens) / duration,
-            ttft=stats(p.ttft_p50_ms), tpot=stats(p.tpot_p50_ms), itl=stats(p.tpot_p50_ms), e2e=stats(p.e2e_p99_ms),
+            ttft=stats(p.ttft_p50_ms), tpot=stats(p.tpot_p50_ms), itl=stats(p.tpot_p50_ms),
+            e2e=stats(p.e2e_p99_ms),
             max_itl_ms=(p.tpot_p50_ms or 0.0) / scale, queue=LatencyStats(), concurrency=float(w.concurrency),
             max_output_tokens_per_s=output_tok_s, max_concurrent_requests=w.concurrency,
             steady_output_throughput=output_tok_s, steady_window_s=duration, tokens_per_content_event=1.0,
@@ -271,7 +285,9 @@ class World:
             backend=f.backend if f else None,
             backend_role=f.backend_role if f else None,
             kv_tokens=shot.prediction.kv_tokens if (f is None or f.phase is not Phase.LAUNCH) else None,
-            min_free_mib=int(shot.prediction.min_free_mib) if f is None and shot.prediction.min_free_mib else None,
+            min_free_mib=int(shot.prediction.min_free_mib)
+            if f is None and shot.prediction.min_free_mib
+            else None,
         )
 
     def failure_causes(self) -> tuple[int, int]:
@@ -300,7 +316,8 @@ class World:
 
 
 def _scope(r: Rule) -> tuple[object, ...]:
-    return (r.kind, r.role, r.backend, r.pair, r.kv_dtype, r.fraction, r.graph_key, r.graph_max_bs, r.others)
+    where = (r.fraction, r.graph_key, r.graph_max_bs, r.others)
+    return (r.kind, r.role, r.backend, r.pair, r.kv_dtype, r.graphs, *where)
 
 
 def hypervolume(points: list[tuple[float, float]]) -> float:
