@@ -11,7 +11,8 @@ Per scenario and strategy, median [min–max] over the seeds:
              output throughput is within 2% of the true best feasible one (">N": never in budget)
   wasted     launches that measured nothing (crash, OOM, NaN, garbage, unsupported)
   bad        launches in a region already proven bad: covered (tuner.search.rules.covering) by a
-             rule that an earlier failure of the same run proves (tuner.search.rules.rules_from)
+             rule that an earlier failure of the same run proves (tuner.search.rules.rules_from); a
+             note counts those whose covering rules a launch even earlier contradicts
   HV         hypervolume of the feasible launches' true (output tok/s, KV tokens), reference (0, 0),
              divided by that of the oracle's true front
   pick       true throughput of the configuration the strategy would report (highest median of its
@@ -40,8 +41,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first  # noqa: E402
 from search_world import World, hypervolume, world  # noqa: E402
 
-from tuner.search.evidence import knobs_of  # noqa: E402
-from tuner.search.rules import Rule, covering, rules_from  # noqa: E402
+from tuner.search.evidence import Evidence, knobs_of  # noqa: E402
+from tuner.search.rules import Rule, contradicts, covering, rules_from  # noqa: E402
 
 SCENARIOS = ("glm5-nvfp4-sm120", "dsv32-fp8-h200", "glm5-nvfp4-b200-tp4")
 WITHIN = 0.02
@@ -57,6 +58,7 @@ class Score:
     to_best: int | None  # launches until the first within 2% of the true best; None: never
     wasted: int
     proven_bad: int
+    bad_disproved: int  # of those, launches whose covering rules an even earlier launch contradicts
     hv: float
     pick: float  # % of the true best
     launches: int
@@ -72,12 +74,17 @@ def score(w: World, run: Run, seed: int) -> Score:
         (i + 1 for i, s in enumerate(run.steps) if s.shot.feasible and s.shot.throughput >= target), None
     )
     rules: list[Rule] = []
-    bad = 0
+    seen: list[Evidence] = []
+    bad = disproved = 0
     for i, step in enumerate(run.steps):
-        if covering(rules, knobs_of(step.config)) is not None:
+        knobs = knobs_of(step.config)
+        hits = [r for r in rules if r.covers(knobs)]
+        if covering(hits, knobs) is not None:
             bad += 1
-        if step.shot.failure is not None:
-            rules += rules_from(w.evidence(i, step.config, step.shot))
+            disproved += all(any(contradicts(r, e) for e in seen) for r in hits)
+        ev = w.evidence(i, step.config, step.shot)
+        rules += rules_from(ev)
+        seen.append(ev)
     feasible = {s.shot.key: s.shot for s in run.steps if s.shot.feasible}
     hv = hypervolume([(s.throughput, float(s.kv_tokens)) for s in feasible.values()]) / w.front_hv
     measured: dict[str, list[float]] = {}
@@ -93,6 +100,7 @@ def score(w: World, run: Run, seed: int) -> Score:
         to_best=to_best,
         wasted=sum(1 for s in run.steps if not s.shot.measured),
         proven_bad=bad,
+        bad_disproved=disproved,
         hv=hv,
         pick=pick,
         launches=len(run.steps),
@@ -161,7 +169,14 @@ def report(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> l
             cells = "".join(f"{c:<{width}} " for c, width in zip(spans, (18, 14, 12, 20, 22), strict=True))
             out.append(f"  {strategy:<11} {cells}{asks}{pruned}{extra}")
             notes = {s.note for s in mine if s.note}
-            out += [f"           note: {n[:140]}" for n in sorted(notes)]
+            disproved = sum(s.bad_disproved for s in mine)
+            if disproved:
+                total = sum(s.proven_bad for s in mine)
+                notes.add(
+                    f"{disproved} of {total} 'bad' launches are covered only by rules that a launch before "
+                    "the failure contradicts (that region had measured fine)"
+                )
+            out += [f"              note: {n[:200]}" for n in sorted(notes)]
             if strategy == "tuner":
                 targets.append(_targets(name, mine, to_best, budget, causes))
     if targets:
