@@ -64,6 +64,8 @@ class Score:
     launches: int
     asks: int
     pruned: int
+    pruned_by: tuple[tuple[str, int], ...]  # the tuner's pruned asks by reason
+    reused: int  # the tuner's asks answered by an earlier measurement of the same launch
     note: str
 
 
@@ -106,6 +108,8 @@ def score(w: World, run: Run, seed: int) -> Score:
         launches=len(run.steps),
         asks=run.asks,
         pruned=int(run.extra.get("pruned", 0)),
+        pruned_by=tuple(sorted(run.extra.get("pruned_by", {}).items())),
+        reused=int(run.extra.get("reused", 0)),
         note=run.note,
     )
 
@@ -169,6 +173,11 @@ def report(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> l
             cells = "".join(f"{c:<{width}} " for c, width in zip(spans, (18, 14, 12, 20, 22), strict=True))
             out.append(f"  {strategy:<11} {cells}{asks}{pruned}{extra}")
             notes = {s.note for s in mine if s.note}
+            if strategy.startswith("tuner"):
+                reasons = [dict(s.pruned_by) for s in mine]
+                parts = [f"{k} {_span([r.get(k, 0) for r in reasons], '.0f')}" for k in sorted(reasons[0])]
+                parts.append(f"reused measurement {_span([s.reused for s in mine], '.0f')}")
+                notes.add("asks not launched: " + ", ".join(parts))
             disproved = sum(s.bad_disproved for s in mine)
             if disproved:
                 total = sum(s.proven_bad for s in mine)

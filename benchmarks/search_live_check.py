@@ -6,7 +6,11 @@ and scores them exactly like the in-process benchmark (true throughput, outcome 
 the oracle); then runs the in-process tuner for the same seeds and prints both, with how well
 the oracle predicted each live launch (outcome agreement, measured / oracle throughput).
 
-    python benchmarks/search_live_check.py [--scenario dsv32-fp8-h200] [--seeds 1 2] [--budget 16]
+    python benchmarks/search_live_check.py [--scenario glm5-nvfp4-sm120] [--seeds 1 2] [--budget 16]
+
+glm5-nvfp4-sm120 (64 streams, short answers) is the default: on a busy 2-core machine the
+benchmark client's self-check rejects most measurements of dsv32-fp8-h200's 128 streams as
+client-bound (INFRA_ERROR, retried), which says nothing about the search.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def live_run(w: World, seed: int, budget: int, tmp: Path) -> tuple[Run, list[str
     raw = yaml.safe_load((ROOT / "search_spaces" / WORLD_FILES[w.name]).read_text())
     raw["name"] = f"live-{w.name}-{seed}"
     raw["sampler"] = {**(raw.get("sampler") or {}), "seed": seed}
-    raw["budget"] = {"n_trials": budget, "timeout": "60m"}
+    raw["budget"] = {"n_trials": budget, "timeout": "20m"}  # a busy machine: not-trusted measurements retry
     space_file = tmp / "space.yaml"
     space_file.write_text(yaml.safe_dump(raw, sort_keys=False))
     db = tmp / "live.db"
@@ -65,6 +69,9 @@ def live_run(w: World, seed: int, budget: int, tmp: Path) -> tuple[Run, list[str
         checks.append(f"{live.value:<12} oracle {predicted.value:<12} {agree:<9} measured/oracle {ratio}")
         steps.append(Step(config=config, shot=shot, measured=measured, repeat=row.confirm_of is not None))
     pruned = sum(1 for r in rows if r.outcome is Outcome.PRUNED)
+    infra = sum(1 for r in rows if r.outcome is Outcome.INFRA_ERROR)
+    if infra:
+        checks.append(f"({infra} launches not trusted (client-bound benchmark on a busy machine), retried)")
     return Run(strategy="live", steps=steps, asks=len(rows), extra={"pruned": pruned}), checks
 
 
@@ -80,7 +87,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenario", default="dsv32-fp8-h200", choices=list(WORLD_FILES))
+    parser.add_argument("--scenario", default="glm5-nvfp4-sm120", choices=list(WORLD_FILES))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--budget", type=int, default=16)
     args = parser.parse_args()
@@ -97,10 +104,11 @@ def main() -> int:
         print(_line("live", score(w, live, seed)))
         print(_line("in-process", score(w, run_tuner(w, seed, args.budget), seed)))
         for i, c in enumerate(checks):
-            print(f"    launch {i + 1:>2}: {c}")
-            total += 1
-            disagree += "DIFFERENT" in c
-            if "measured/oracle -" not in c:
+            print(f"    {c}" if c.startswith("(") else f"    launch {i + 1:>2}: {c}")
+            if not c.startswith("("):
+                total += 1
+                disagree += "DIFFERENT" in c
+            if "measured/oracle " in c and "measured/oracle -" not in c:
                 ratios.append(float(c.rsplit(" ", 1)[1]))
     if ratios:
         print(

@@ -121,13 +121,17 @@ def run_tuner(
             space = replace(space, search=search.model_copy(update={"finalists": off}))
         runner = StudyRunner(space, db_url=f"sqlite:///{tmp}/study.db", n_trials=budget, execute=execute)
         summary = runner.run()
-        pruned = sum(1 for t in runner.study.get_trials(deepcopy=False) if t.user_attrs.get("pruned"))
+        trials = runner.study.get_trials(deepcopy=False)
+        why = [str(t.user_attrs.get("rule")) for t in trials if t.user_attrs.get("pruned")]
+        by = {"forbidden": why.count("forbidden"), "memory model": why.count("memory_model")}
+        by["failure rules"] = len(why) - sum(by.values())
+        reused = sum(1 for t in trials if t.user_attrs.get("dedup_of") is not None)
     return Run(
         strategy="tuner" if finalists else "tuner-nofin",
         steps=steps,
         asks=summary.ran,
         note=summary.exhausted or "",
-        extra={"pruned": pruned},
+        extra={"pruned": len(why), "pruned_by": by, "reused": reused},
     )
 
 
