@@ -1,111 +1,259 @@
-"""How well the study's sampler searches the seed deployment's space, against random search.
+"""How well each search strategy spends a small launch budget, in-process against the simulator's oracle.
 
-Runs whole studies (real launches of the simulated GLM-5 server, gate,
-benchmark, store) on `glm5-nvfp4-sm120-sim.yaml` with a shortened benchmark,
-once per sampler and seed, and prints per sampler (median and min–max over
-the seeds):
-  * wasted launches: trials whose configuration crashed, ran out of memory or
-    failed the gate (each costs a multi-minute restart on the real machine);
-  * feasible trials;
-  * the normalised hypervolume of the feasible front (output tok/s x KV tokens,
-    reference point 0, normalised by the largest value seen in any run).
+For every shipped sim scenario with failures (tiny-fast, which has none, with --tiny) and every
+seed, each strategy of benchmarks/search_strategies.py spends `--budget` launches; outcomes and
+KV tokens come from the noise-free oracle (tuner.sim.oracle), measured throughputs carry the
+scenario's run-to-run noise. No process is started and nothing goes over HTTP: the tuner runs as
+the real StudyRunner on a temporary SQLite file, with `execute=` answered by the oracle.
 
-Baselines are dropped so both samplers start from nothing.
+Per scenario and strategy, median [min–max] over the seeds:
+  to 2%      launches until the first launch of a feasible configuration whose true (noise-free)
+             output throughput is within 2% of the true best feasible one (">N": never in budget)
+  wasted     launches that measured nothing (crash, OOM, NaN, garbage, unsupported)
+  bad        launches in a region already proven bad: covered (tuner.search.rules.covering) by a
+             rule that an earlier failure of the same run proves (tuner.search.rules.rules_from); a
+             note counts those whose covering rules a launch even earlier contradicts
+  HV         hypervolume of the feasible launches' true (output tok/s, KV tokens), reference (0, 0),
+             divided by that of the oracle's true front
+  pick       true throughput of the configuration the strategy would report (highest median of its
+             measurements), as % of the true best
+and per scenario "failure causes": the rules needed to cover every failing point of the space
+(greedy set cover over the rules its failures prove), for the target wasted <= causes + 1.
 
-    python benchmarks/search_efficiency.py [--trials 16] [--seeds 3]
+    python benchmarks/search_efficiency.py [--seeds 10] [--budget 16] [--tiny] [--jobs 2]
+        [--scenario NAME ...] [--strategy NAME ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import multiprocessing
 import statistics
 import sys
-import tempfile
-from dataclasses import replace
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from tuner.bench.settings import LoadPoint, Workload  # noqa: E402
-from tuner.space.loader import SearchSpace, load_space  # noqa: E402
-from tuner.study.events import Hooks
-from tuner.study.runner import StudyRunner, TrialEvent  # noqa: E402
+from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first  # noqa: E402
+from search_world import World, hypervolume, world  # noqa: E402
+
+from tuner.search.evidence import Evidence, knobs_of  # noqa: E402
+from tuner.search.rules import Rule, contradicts, covering, rules_from  # noqa: E402
+
+SCENARIOS = ("glm5-nvfp4-sm120", "dsv32-fp8-h200", "glm5-nvfp4-b200-tp4")
+WITHIN = 0.02
 
 
-def _space(kind: str, seed: int) -> SearchSpace:
-    space = load_space(ROOT / "search_spaces" / "glm5-nvfp4-sm120-sim.yaml")
-    bench = space.bench.model_copy(
-        update={
-            "workload": Workload(input_len=64, output_len=8),
-            "load_points": (LoadPoint(concurrency=16, num_prompts=16),),
-            "warmup_requests": 0,
-            "settle_s": 0.05,
-        }
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Score:
+    """The figures of one run."""
+
+    scenario: str
+    strategy: str
+    seed: int
+    to_best: int | None  # launches until the first within 2% of the true best; None: never
+    wasted: int
+    proven_bad: int
+    bad_disproved: int  # of those, launches whose covering rules an even earlier launch contradicts
+    hv: float
+    pick: float  # % of the true best
+    launches: int
+    asks: int
+    pruned: int
+    pruned_by: tuple[tuple[str, int], ...]  # the tuner's pruned asks by reason
+    reused: int  # the tuner's asks answered by an earlier measurement of the same launch
+    note: str
+
+
+def score(w: World, run: Run, seed: int) -> Score:
+    """The figures of a run's launches."""
+    target = (1 - WITHIN) * w.best
+    to_best = next(
+        (i + 1 for i, s in enumerate(run.steps) if s.shot.feasible and s.shot.throughput >= target), None
     )
-    sampler = space.sampler.model_copy(update={"kind": kind, "seed": seed, "n_startup_trials": 5})
-    return replace(space, bench=bench, sampler=sampler, baselines=(), name=f"eff-{kind}-{seed}")
+    rules: list[Rule] = []
+    seen: list[Evidence] = []
+    bad = disproved = 0
+    for i, step in enumerate(run.steps):
+        knobs = knobs_of(step.config)
+        hits = [r for r in rules if r.covers(knobs)]
+        if covering(hits, knobs) is not None:
+            bad += 1
+            disproved += all(any(contradicts(r, e) for e in seen) for r in hits)
+        ev = w.evidence(i, step.config, step.shot)
+        rules += rules_from(ev)
+        seen.append(ev)
+    feasible = {s.shot.key: s.shot for s in run.steps if s.shot.feasible}
+    hv = hypervolume([(s.throughput, float(s.kv_tokens)) for s in feasible.values()]) / w.front_hv
+    measured: dict[str, list[float]] = {}
+    for s in run.steps:
+        if s.shot.feasible and s.measured is not None:
+            measured.setdefault(s.shot.key, []).append(s.measured)
+    pick_key = max(measured, key=lambda k: statistics.median(measured[k]), default=None)
+    pick = 100 * feasible[pick_key].throughput / w.best if pick_key is not None else 0.0
+    return Score(
+        scenario=w.name,
+        strategy=run.strategy,
+        seed=seed,
+        to_best=to_best,
+        wasted=sum(1 for s in run.steps if not s.shot.measured),
+        proven_bad=bad,
+        bad_disproved=disproved,
+        hv=hv,
+        pick=pick,
+        launches=len(run.steps),
+        asks=run.asks,
+        pruned=int(run.extra.get("pruned", 0)),
+        pruned_by=tuple(sorted(run.extra.get("pruned_by", {}).items())),
+        reused=int(run.extra.get("reused", 0)),
+        note=run.note,
+    )
 
 
-def _front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    return [p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in points)]
+_WORLDS: dict[str, World] = {}
 
 
-def _hypervolume(points: list[tuple[float, float]], scale: tuple[float, float]) -> float:
-    """Area dominated by the front above (0, 0), both axes divided by `scale` (sweep by x descending)."""
-    area, covered_y = 0.0, 0.0
-    for x, y in sorted(_front(points), key=lambda p: -p[0]):
-        if y > covered_y:
-            area += (x / scale[0]) * ((y - covered_y) / scale[1])
-            covered_y = y
-    return area
+def _world(name: str) -> World:
+    if name not in _WORLDS:
+        _WORLDS[name] = world(name)
+    return _WORLDS[name]
 
 
-def main() -> int:
+def run_one(job: tuple[str, str, int, int]) -> Score:
+    """One strategy, scenario and seed (a pool task)."""
+    scenario, strategy, seed, budget = job
+    w = _world(scenario)
+    return score(w, {**STRATEGIES, **DIAGNOSTICS}[strategy](w, seed, budget), seed)
+
+
+def _span(values: Sequence[float], fmt: str, budget: int | None = None) -> str:
+    def show(v: float) -> str:
+        return f">{budget}" if budget is not None and v > budget else format(v, fmt)
+
+    return f"{show(statistics.median(values))} [{show(min(values))}–{show(max(values))}]"
+
+
+def report(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> list[str]:
+    """The table, scenario by scenario, and the targets for the tuner."""
+    out: list[str] = []
+    targets: list[str] = []
+    for name in dict.fromkeys(s.scenario for s in scores):
+        w = _world(name)
+        rules, causes = w.failure_causes()
+        feasible = sum(1 for s in w.shots if s.feasible)
+        out += [
+            "",
+            f"{name}: {len(w.points)} points, {feasible} feasible; true best {w.best:,.1f} out tok/s "
+            f"(within 2%: >= {(1 - WITHIN) * w.best:,.1f}); noise {100 * w.noise:g}%; "
+            f"distinct failure causes in the space: {causes} (rule cover; {rules} distinct rules)",
+            f"  {'strategy':<11} {'to 2% (launches)':<18} {'wasted':<14} {'bad':<12} "
+            f"{'HV@' + str(budget):<20} {'pick % of best':<22} asks (pruned)",
+        ]
+        for strategy in strategies:
+            mine = [s for s in scores if s.scenario == name and s.strategy == strategy]
+            if not mine:
+                continue
+            to_best = [float(s.to_best if s.to_best is not None else budget + 1) for s in mine]
+            extra = ""
+            if strategy == "grid":
+                extra = f"   (whole grid: first within 2% at launch {grid_first(w)})"
+            asks = _span([s.asks for s in mine], ".0f")
+            pruned = f" ({_span([s.pruned for s in mine], '.0f')})" if strategy.startswith("tuner") else ""
+            spans = [
+                _span(to_best, ".0f", budget),
+                _span([s.wasted for s in mine], ".0f"),
+                _span([s.proven_bad for s in mine], ".0f"),
+                _span([s.hv for s in mine], ".2f"),
+                _span([s.pick for s in mine], ".1f"),
+            ]
+            cells = "".join(f"{c:<{width}} " for c, width in zip(spans, (18, 14, 12, 20, 22), strict=True))
+            out.append(f"  {strategy:<11} {cells}{asks}{pruned}{extra}")
+            notes = {s.note for s in mine if s.note}
+            if strategy.startswith("tuner"):
+                reasons = [dict(s.pruned_by) for s in mine]
+                parts = [f"{k} {_span([r.get(k, 0) for r in reasons], '.0f')}" for k in sorted(reasons[0])]
+                parts.append(f"reused measurement {_span([s.reused for s in mine], '.0f')}")
+                notes.add("asks not launched: " + ", ".join(parts))
+            disproved = sum(s.bad_disproved for s in mine)
+            if disproved:
+                total = sum(s.proven_bad for s in mine)
+                notes.add(
+                    f"{disproved} of {total} 'bad' launches are covered only by rules that a launch before "
+                    "the failure contradicts (that region had measured fine)"
+                )
+            out += [f"              note: {n[:200]}" for n in sorted(notes)]
+            if strategy == "tuner":
+                targets.append(_targets(name, mine, to_best, budget, causes))
+    if targets:
+        out += [
+            "",
+            "targets for the tuner (0 proven-bad launches; median <= 10 to 2%; wasted <= causes + 1):",
+            *targets,
+        ]
+    return out
+
+
+def _targets(name: str, mine: Sequence[Score], to_best: Sequence[float], budget: int, causes: int) -> str:
+    """The tuner's figures against the issue's targets, on one line."""
+    bad = sum(s.proven_bad for s in mine)
+    median_best = statistics.median(to_best)
+    shown_best = f">{budget}" if median_best > budget else f"{median_best:g}"
+    over = sum(1 for s in mine if s.wasted > causes + 1)
+    return (
+        f"  {name:<22} proven-bad launches {bad} ({'met' if bad == 0 else 'MISSED'}); "
+        f"median to 2% {shown_best} ({'met' if median_best <= 10 else 'MISSED'}); "
+        f"wasted median {statistics.median(s.wasted for s in mine):g}, max {max(s.wasted for s in mine)} "
+        f"vs causes + 1 = {causes + 1} ({'met' if not over else f'MISSED in {over} seeds'})"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--trials", type=int, default=16)
-    parser.add_argument("--seeds", type=int, default=3)
-    args = parser.parse_args()
-    runs: dict[str, list[tuple[int, int, list[tuple[float, float]]]]] = {"tpe": [], "random": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)
-        for seed in range(1, args.seeds + 1):
-            for kind in runs:
-                events: list[TrialEvent] = []
-                runner = StudyRunner(
-                    _space(kind, seed), db_url=f"sqlite:///{tmp}/eff.db", n_trials=args.trials
-                )
-                runner.run(Hooks(on_trial=events.append))
-                wasted = sum(
-                    1
-                    for e in events
-                    if e.outcome.blames_config
-                    and e.reused_from is None
-                    and e.outcome.value != "slo_violation"
-                )
-                feasible = [e for e in events if e.feasible]
-                points = [(e.values[0], e.values[1]) for e in feasible]
-                runs[kind].append((wasted, len(feasible), points))
-                print(
-                    f"{kind:<6} seed {seed}: {wasted} wasted launches, "
-                    f"{len(feasible)} feasible of {len(events)}",
-                    flush=True,
-                )
-    all_points = [p for rs in runs.values() for _, _, pts in rs for p in pts]
-    scale = (max(p[0] for p in all_points), max(p[1] for p in all_points)) if all_points else (1.0, 1.0)
-    print(f"\n{args.trials} trials per study, {args.seeds} seeds; median [min–max]")
-    for kind, rs in runs.items():
-        wasted = [r[0] for r in rs]
-        feasible = [r[1] for r in rs]
-        hv = [_hypervolume(r[2], scale) if r[2] else 0.0 for r in rs]
-        print(
-            f"{kind:<6} wasted launches {statistics.median(wasted):4.1f} [{min(wasted)}–{max(wasted)}]   "
-            f"feasible {statistics.median(feasible):4.1f} [{min(feasible)}–{max(feasible)}]   "
-            f"hypervolume {statistics.median(hv):.3f} [{min(hv):.3f}–{max(hv):.3f}]"
-        )
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--budget", type=int, default=16)
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="worker processes (at most 2 on a shared machine)"
+    )
+    parser.add_argument("--tiny", action="store_true", help="also tiny-fast (no failures)")
+    parser.add_argument("--scenario", action="append", choices=[*SCENARIOS, "tiny-fast"])
+    parser.add_argument(
+        "--strategy",
+        action="append",
+        choices=[*STRATEGIES, *DIAGNOSTICS],
+        help="default: all but the diagnostic tuner-nofin (the tuner with finalists off)",
+    )
+    args = parser.parse_args(argv)
+    scenarios = args.scenario or [*SCENARIOS, *(["tiny-fast"] if args.tiny else [])]
+    strategies = args.strategy or list(STRATEGIES)
+    started = time.monotonic()
+    for name in scenarios:  # built once here; forked workers inherit them
+        _world(name)
+    jobs = [
+        (sc, st, seed, args.budget)
+        for sc in scenarios
+        for st in strategies
+        for seed in range(1, args.seeds + 1)
+    ]
+    jobs.sort(
+        key=lambda j: not j[1].startswith("tuner")
+    )  # the slow ones first, so both workers finish together
+    if args.jobs > 1:
+        with multiprocessing.get_context("fork").Pool(min(args.jobs, 2)) as pool:
+            scores = pool.map(run_one, jobs, chunksize=1)
+    else:
+        scores = [run_one(j) for j in jobs]
+    print(
+        f"search efficiency: {len(scenarios)} scenarios x {len(strategies)} strategies x {args.seeds} seeds, "
+        f"budget {args.budget} launches; median [min–max] over seeds"
+    )
+    print("\n".join(report(scores, args.budget, strategies)))
+    print(f"\n{len(jobs)} runs in {time.monotonic() - started:.0f} s ({min(args.jobs, 2)} processes)")
     return 0
 
 

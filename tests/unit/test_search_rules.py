@@ -149,3 +149,26 @@ def test_an_unsupported_pair_of_one_backend_is_that_backend() -> None:
 def test_without_evidence_about_either_half_the_rule_stays_on_the_pair() -> None:
     (rule,) = derive_rules([ev(0, config(pair=("a", "b")), Outcome.UNSUPPORTED)])
     assert rule.kind is RuleKind.PAIR_UNSUPPORTED
+
+
+def test_a_pair_that_passed_with_graphs_off_is_ruled_out_with_graphs_on_only() -> None:
+    pair = ("flashmla_sparse", "flashmla_kv")
+    passed = ev(1, config(f=0.9, pair=pair, kv="fp8_e4m3"), Outcome.OK)  # eager decode: right answers
+    nan = ev(2, config(f=0.85, graphs=128, pair=pair, kv="fp8_e4m3"), Outcome.NAN)  # NaN in captured graphs
+    (rule,) = derive_rules([passed, nan])
+    assert rule.kind is RuleKind.PAIR and rule.graphs is True and "graphs on" in rule.describe()
+    assert covered((rule,), config(f=0.8, graphs=64, pair=pair, kv="fp8_e4m3"))
+    assert not covered((rule,), config(f=0.9, pair=pair, kv="fp8_e4m3"))  # what passed is not pruned
+    assert not covered((rule,), config(f=0.8, pair=pair, kv="fp8_e4m3"))
+    (broad,) = derive_rules([nan])  # no launch says otherwise: every graph setting
+    assert broad.graphs is None and covered((broad,), config(f=0.8, pair=pair, kv="fp8_e4m3"))
+
+
+def test_a_failure_an_earlier_launch_contradicts_makes_no_rule() -> None:
+    ok = ev(1, config(f=0.95), Outcome.OK)
+    oom = ev(2, config(f=0.9), Outcome.OOM, stage="load")  # f >= 0.9 would cover the launch that passed
+    assert derive_rules([ok, oom]) == ()
+    both = ev(3, config(f=0.9, graphs=64, pair=("x", "y")), Outcome.NAN)
+    passed_on = ev(1, config(f=0.9, graphs=32, pair=("x", "y")), Outcome.OK)
+    passed_off = ev(2, config(f=0.9, pair=("x", "y")), Outcome.OK)
+    assert derive_rules([passed_on, passed_off, both]) == ()  # neither graph setting is broken throughout

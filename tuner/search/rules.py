@@ -4,7 +4,8 @@
 |-------------------------------------|---------------------------------------------------------------|
 | unsupported, naming a backend       | every configuration using that backend in that role           |
 | unsupported, naming none            | that backend pair                                             |
-| NaN / garbage / wrong answer (gate) | that backend pair with the same KV dtype                      |
+| NaN / garbage / wrong answer (gate) | that backend pair with the same KV dtype (and CUDA graphs on   |
+|                                     | or off as in the failure, when the pair passed with the other) |
 | OOM at load                         | fraction ≥ f (other memory knobs equal)                       |
 | OOM at capture, graphs max bs g     | fraction ≥ f with graphs on and max bs ≥ g                    |
 | OOM under load                      | fraction ≥ f with the same graph setting                      |
@@ -12,7 +13,9 @@
 
 "Other memory knobs equal": the KV dtype and every flag the rules know nothing about; the
 attention backends count as memory-neutral. A rule is dropped once a launch it covers gets
-past the point where the rule said it would fail (it was wrong).
+past the point where the rule said it would fail (it was wrong), and is not made when an earlier
+launch already did; a broken pair that passed earlier with CUDA graphs switched the other way
+is narrowed to the failure's graph setting instead (a NaN only captured graphs show).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Rule:
     backend: str | None = None  # BACKEND
     pair: tuple[str | None, str | None] | None = None  # PAIR*: (prefill, decode)
     kv_dtype: str | None = None  # PAIR: and the memory rules
+    graphs: bool | None = None  # PAIR: only with CUDA graphs on (True) or off (False); None: either
     fraction: float | None = None  # memory rules
     graph_key: str | None = None  # OOM_SERVING
     graph_max_bs: int | None = None  # OOM_CAPTURE (None: any size with graphs on)
@@ -63,7 +67,8 @@ class Rule:
         if self.kind is RuleKind.PAIR_UNSUPPORTED:
             return (k.prefill, k.decode) == self.pair
         if self.kind is RuleKind.PAIR:
-            return (k.prefill, k.decode) == self.pair and k.kv_dtype == self.kv_dtype
+            same_graphs = self.graphs is None or k.graphs == self.graphs
+            return (k.prefill, k.decode) == self.pair and k.kv_dtype == self.kv_dtype and same_graphs
         if k.kv_dtype != self.kv_dtype or k.others != self.others:
             return False
         if k.fraction is None or self.fraction is None:
@@ -90,6 +95,8 @@ class Rule:
         elif self.pair is not None:
             kv = f", KV {self.kv_dtype}" if self.kv_dtype and self.kind is RuleKind.PAIR else ""
             region = f"backends {self.pair[0]}/{self.pair[1]}{kv}"
+            if self.graphs is not None and self.kind is RuleKind.PAIR:
+                region += f" with CUDA graphs {'on' if self.graphs else 'off'}"
         else:
             op = "<=" if self.kind is RuleKind.TOO_LITTLE else ">="
             region = f"mem-fraction-static {op} {self.fraction:g}"
@@ -184,13 +191,15 @@ def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
     which: both halves are the same backend, or the other half is proven to run in its role.
     """
     standing: list[Rule] = []
+    earlier: list[Evidence] = []
     ordered = sorted(evidence, key=lambda e: e.trial)
     for ev in ordered:
         standing = [r for r in standing if not contradicts(r, ev)]
-        for rule in rules_from(ev):
-            rule = _blame_one(rule, ev, ordered)
-            if not any(_same(rule, r) for r in standing):
+        for made in rules_from(ev):
+            rule = _fitted(_blame_one(made, ev, ordered), ev, earlier)
+            if rule is not None and not any(_same(rule, r) for r in standing):
                 standing.append(rule)
+        earlier.append(ev)
     return tuple(standing)
 
 
@@ -211,8 +220,21 @@ def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
     return rule
 
 
+def _fitted(rule: Rule, ev: Evidence, earlier: Sequence[Evidence]) -> Rule | None:
+    """The rule as the earlier launches allow it: a broken pair narrowed to the failure's CUDA-graph
+    setting when the pair passed with the other one; None when an earlier launch contradicts it."""
+    if not any(contradicts(rule, e) for e in earlier):
+        return rule
+    if rule.kind is RuleKind.PAIR and rule.graphs is None:
+        narrowed = replace(rule, graphs=ev.knobs.graphs)
+        if not any(contradicts(narrowed, e) for e in earlier):
+            return narrowed
+    return None
+
+
 def _scope(r: Rule) -> tuple[object, ...]:
-    return (r.kind, r.role, r.backend, r.pair, r.kv_dtype, r.fraction, r.graph_key, r.graph_max_bs, r.others)
+    where = (r.fraction, r.graph_key, r.graph_max_bs, r.others)
+    return (r.kind, r.role, r.backend, r.pair, r.kv_dtype, r.graphs, *where)
 
 
 def _same(a: Rule, b: Rule) -> bool:

@@ -11,9 +11,11 @@ to use instead.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 
 from tuner.config import FlagValue, TrialConfig
 from tuner.errors import ConfigError, FlagError
@@ -239,7 +241,7 @@ def validate_flags(argv: Sequence[str], table: OptionTable) -> tuple[str, ...]:
     if problems:
         raise FlagError("\n".join(dict.fromkeys(problems)))
     try:
-        build_parser(table).parse_args(list(argv))
+        _parser(table).parse_args(list(argv))
     except ArgvError as exc:
         raise FlagError(_argparse_problem(str(exc), argv, table)) from None
     for message in warnings:
@@ -303,6 +305,10 @@ def expand_option(flag: str, table: OptionTable) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+@cache
+def _parser(table: OptionTable) -> argparse.ArgumentParser:
+    """The release's raising parser, built once per table (building one takes tens of milliseconds)."""
+    return build_parser(table)
 def min_gpus(argv_flags: Sequence[str], table: OptionTable) -> int:
     """A lower bound on the GPUs per node a launch needs: tp x pp / nnodes (data parallelism aside).
 
@@ -311,7 +317,7 @@ def min_gpus(argv_flags: Sequence[str], table: OptionTable) -> int:
     that could run.
     """
     try:
-        ns = vars(build_parser(table).parse_args(list(argv_flags)))
+        ns = vars(_parser(table).parse_args(list(argv_flags)))
     except ArgvError:
         return 1
     tp = ns.get("tp_size", ns.get("tensor_parallel_size", 1)) or 1

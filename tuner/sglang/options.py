@@ -50,6 +50,10 @@ class OptionTable:
     options: tuple[OptionSpec, ...]
     source: str  # "builtin" or "installed"
 
+    def __hash__(self) -> int:
+        # Equal tables share these; hashing every option on each cached lookup was the slow part.
+        return hash((self.version, self.source, len(self.options)))
+
     def find(self, flag: str) -> OptionSpec | None:
         """The option spelled exactly `flag` (e.g. '--tp-size'), or None."""
         return _by_flag(self).get(flag)
