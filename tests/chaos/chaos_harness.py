@@ -23,6 +23,8 @@ import psutil
 from optuna.trial import TrialState
 
 from tuner.store.sql import SqlStore
+from tuner.study import finalists
+from tuner.study.learn import NOT_LAUNCHED
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = "tiny-fast-sim-v1"
@@ -186,10 +188,18 @@ class StudyFacts:
     attrs: dict[int, dict[str, object]]
     rows: list[tuple[int, str, str, float, float]]  # trial number, outcome, config hash, start, finish
     launches: list[int] = field(default_factory=list)
+    finalist_repeats: int = 0
 
     @property
     def complete(self) -> int:
-        return sum(1 for s in self.states.values() if s is TrialState.COMPLETE)
+        """Launches the budget counts: launched COMPLETE trials (not pruned, forbidden or reused) and the
+        finalists' repeats."""
+        launched = sum(
+            1
+            for n, s in self.states.items()
+            if s is TrialState.COMPLETE and not any(self.attrs[n].get(k) for k in NOT_LAUNCHED)
+        )
+        return launched + self.finalist_repeats
 
     def count(self, state: TrialState) -> int:
         return sum(1 for s in self.states.values() if s is state)
@@ -207,7 +217,8 @@ def study_facts(tmp: Path, db: str = "exp.db") -> StudyFacts:
         for r in stored
         if r.trial_number is not None
     ]
-    return StudyFacts(states=states, attrs=attrs, rows=rows)
+    repeats = finalists.claimed(study.user_attrs.get(finalists.STATE_ATTR) or {})
+    return StudyFacts(states=states, attrs=attrs, rows=rows, finalist_repeats=repeats)
 
 
 def check_invariants(tmp: Path, *, complete: int, db: str = "exp.db") -> StudyFacts:

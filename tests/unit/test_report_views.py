@@ -9,7 +9,7 @@ import pytest
 from report_builders import make_row, study_data
 
 from tuner.config import Outcome
-from tuner.errors import StoreError
+from tuner.errors import ConfigError
 from tuner.report.context import constraints_line, front_points, tradeoff_lines, workload_line
 from tuner.report.export import build_profile, select
 from tuner.report.frame import load_study_data, trials_frame
@@ -104,6 +104,6 @@ def test_the_html_page_is_one_file_with_the_given_script() -> None:
 
 
 def test_a_missing_sqlite_file_is_an_error_not_a_new_database(tmp_path: Path) -> None:
-    with pytest.raises(StoreError, match="does not exist"):
+    with pytest.raises(ConfigError, match="does not exist"):
         load_study_data(f"sqlite:///{tmp_path}/nope.db")
     assert not (tmp_path / "nope.db").exists()

@@ -28,7 +28,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
-from tuner.errors import StoreError
+from tuner.errors import ConfigError, StoreError
 from tuner.metrics import METRICS
 from tuner.store.codec import finite
 from tuner.store.connect import mask_url, optuna_storage_kwargs
@@ -89,8 +89,8 @@ def load_study_data(url: str, study: str | None = None, *, preferred: str | None
     """
     missing = _missing_sqlite_file(url)
     if missing is not None:
-        raise StoreError(
-            f"experiments database {missing} does not exist; expected the file `python -m tuner run` wrote "
+        raise ConfigError(
+            f"no experiments database: {missing} does not exist; expected the file `python -m tuner run` wrote "
             f"(give it with --db, or TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
         )
     with SqlStore(url, create=False) as store:
