@@ -90,8 +90,9 @@ def load_study_data(url: str, study: str | None = None, *, preferred: str | None
     missing = _missing_sqlite_file(url)
     if missing is not None:
         raise ConfigError(
-            f"no experiments database: {missing} does not exist; expected the file `python -m tuner run` wrote "
-            f"(give it with --db, or TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
+            f"no experiments database: {missing} does not exist; expected the file "
+            "`python -m tuner run` wrote (give it with --db, or "
+            "TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
         )
     with SqlStore(url, create=False) as store:
         name = store.resolve_study(study, preferred=preferred)
