@@ -27,7 +27,7 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 from postgres_server import REQUIRE_ENV, PostgresServer, missing
 
-from tuner.store import sql as store_sql
+from tuner.store import connect as store_connect
 from tuner.store.lock import AdvisoryLock
 from tuner.store.sql import SqlStore, StoredTrial
 from tuner.study import finalists
@@ -316,7 +316,7 @@ def test_a_connection_cut_while_idle_is_replaced_before_use(
     import psycopg
 
     url = server.url()
-    monkeypatch.setattr(store_sql, "IDLE_CHECK_S", 0.0)  # every pooled connection counts as idle
+    monkeypatch.setattr(store_connect, "IDLE_CHECK_S", 0.0)  # every pooled connection counts as idle
     with SqlStore(url) as store:
         record(store, make_result())
         with psycopg.connect(server._dsn("postgres"), autocommit=True) as admin:  # a restart, a firewall
