@@ -25,8 +25,9 @@ lint: venv
 	$(BIN)/mypy tuner
 	$(BIN)/lint-imports
 
+# The suite without the chaos storms (those run at full size in `make chaos`, which CI runs too).
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not chaos"
 
 # The chaos suite at full size (tests/chaos: 20 + 10 kills, 20 signals, workers, broken machines), ~3-4 min.
 chaos: venv
