@@ -83,8 +83,8 @@ def test_parallel_four_tp2_trials_on_eight_gpus_stop_and_resume(tmp_path: Path) 
     for line in proc.stdout:  # stop once all four workers have a server up at the same time
         seen.append(line)
         worker = line.split("]")[0]
-        if ": launch ready" in line:
-            serving.add(worker)
+        if ": launch ready" in line or re.search(r"\] trial \d+: (gate|bench) ", line):
+            serving.add(worker)  # its server is up (the ready line can be skipped when start-up is quick)
         elif re.search(r"\] trial \d+: (?!render|wait_gpus|launch|gate|bench|teardown)", line):
             serving.discard(worker)  # the trial ended (its outcome line)
         if len(serving) == 4 or time.monotonic() > deadline:
