@@ -29,7 +29,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.procgroup import free_port  # noqa: E402
+from tuner.sglang.process import free_port  # noqa: E402
 from tuner.sim.oracle import Outcome, Prediction, Workload, predict  # noqa: E402
 from tuner.sim.spacefile import read_space  # noqa: E402
 
