@@ -120,6 +120,12 @@ class StudyRunner:
             fail_stale_trials(self.study)  # other hosts, after the heartbeat grace period
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             attrs = trial.user_attrs
+            if "host" not in attrs:
+                # Asked but never claimed: ask and claim happen under the workers' lock, which this worker
+                # holds now, so its worker died in between. Nothing ran; without this it would hold the
+                # budget until the heartbeat grace period ends.
+                self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+                continue
             if attrs.get("host") != self.host:
                 continue
             pid = attrs.get("pid")
