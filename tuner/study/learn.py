@@ -10,7 +10,7 @@ warm start.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -96,15 +96,6 @@ def sampler_seed(base: int | None, worker: str, asked: int) -> int:
     """
     text = f"{base if base is not None else 'unseeded'}|{worker}|{asked}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
-
-
-def running_keys(trials: Iterable[FrozenTrial], *, exclude: int) -> Mapping[str, int]:
-    """Launch key -> trial number of the trials running now (other than `exclude`)."""
-    return {
-        str(t.user_attrs["cfg_hash"]): t.number
-        for t in trials
-        if t.state is TrialState.RUNNING and t.number != exclude and "cfg_hash" in t.user_attrs
-    }
 
 
 def measured_before(trials: Iterable[FrozenTrial], chash: str, *, exclude: int) -> FrozenTrial | None:
