@@ -1,10 +1,12 @@
-"""Every metric the tuner knows, defined once: name, direction, unit, and how it is read.
+"""Every metric the tuner knows, defined once: name, direction, unit, label, format, how it is read.
 
-Objectives, SLO constraints, the store's metric columns, the report and the export all look
-metrics up here. A metric is read from one of three places: the benchmark's objective load
-point (`BenchMetrics`), what the server reported about itself (`ServerFacts`), or the GPU
-memory samples of the trial. Missing is None, never 0: a latency over no requests is not a
-perfect 0 ms (SGLang's statistics report 0 for an empty list; `count` tells them apart).
+Objectives, SLO constraints, the store's metric columns (a new BENCH metric is a new column,
+added to existing databases when they are opened), status, the report, plots, the export and
+the notebook all look metrics up here: adding a metric is one entry below. A metric is read
+from one of three places: the benchmark's objective load point (`BenchMetrics`), what the
+server reported about itself (`ServerFacts`), or the GPU memory samples of the trial.
+Missing is None, never 0: a latency over no requests is not a perfect 0 ms (SGLang's
+statistics report 0 for an empty list; `count` tells them apart).
 """
 
 from __future__ import annotations
@@ -43,11 +45,30 @@ class Metric:
     source: Source
     doc: str
     read: Callable[[BenchMetrics], float | None] | None = None  # BENCH metrics only
+    label: str = ""  # for people ("TTFT p99"); empty: the name with spaces
+    fmt: str = "{:,.1f}"  # how a value is written (str.format), without its unit
+    headline: bool = False  # one of the few every summary shows (export, confirm, tables)
 
     @property
     def optimisable(self) -> bool:
         """Can be an objective or an SLO."""
         return self.direction is not None
+
+    @property
+    def title(self) -> str:
+        """The label for people, without the name's underscores."""
+        return self.label or self.name.replace("_", " ")
+
+    @property
+    def heading(self) -> str:
+        """A column or axis heading: the title and its unit ("TTFT p99 (ms)"); the unit once."""
+        return self.title if self.unit in self.title else f"{self.title} ({self.unit})"
+
+    def show(self, value: float) -> str:
+        """A value with its unit for a line of text ("1,234.5 tok/s", "250,000 KV-cache tokens" reads
+        as the title's unit)."""
+        number = self.fmt.format(value)
+        return number if self.unit in self.title else f"{number} {self.unit}"
 
 
 def _finite(value: float | None) -> float | None:
@@ -65,14 +86,38 @@ def _latency(group: str, stat: str) -> Callable[[BenchMetrics], float | None]:
     return read
 
 
-def _bench(name: str, direction: Direction | None, unit: str, doc: str) -> Metric:
+def _bench(
+    name: str,
+    direction: Direction | None,
+    unit: str,
+    doc: str,
+    *,
+    label: str = "",
+    fmt: str = "{:,.1f}",
+    headline: bool = False,
+) -> Metric:
     def read(metrics: BenchMetrics) -> float | None:
         return _finite(getattr(metrics, name))
 
-    return Metric(name=name, direction=direction, unit=unit, source=Source.BENCH, doc=doc, read=read)
+    return Metric(
+        name=name,
+        direction=direction,
+        unit=unit,
+        source=Source.BENCH,
+        doc=doc,
+        read=read,
+        label=label,
+        fmt=fmt,
+        headline=headline,
+    )
 
 
-def _latency_metric(group: str, stat: str, doc: str) -> Metric:
+_LATENCY_TITLES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E latency"}
+
+
+def _latency_metric(
+    group: str, stat: str, doc: str, *, fmt: str = "{:,.1f}", headline: bool = False
+) -> Metric:
     label = "p50" if stat == "median_ms" else stat.removesuffix("_ms")
     return Metric(
         name=f"{group}_{label}_ms",
@@ -81,20 +126,28 @@ def _latency_metric(group: str, stat: str, doc: str) -> Metric:
         source=Source.BENCH,
         doc=f"{doc}, {'median' if label == 'p50' else label}",
         read=_latency(group, stat),
+        label=f"{_LATENCY_TITLES[group]} {label}",
+        fmt=fmt,
+        headline=headline,
     )
 
 
 _MAX, _MIN = Direction.MAXIMIZE, Direction.MINIMIZE
 _ALL = (
-    _bench("output_throughput", _MAX, "tok/s", "Σ output tokens / benchmark duration"),
-    _bench("total_throughput", _MAX, "tok/s", "(Σ declared input + Σ output tokens) / duration"),
-    _bench("request_throughput", _MAX, "req/s", "completed requests / duration"),
+    _bench("output_throughput", _MAX, "tok/s", "Σ output tokens / benchmark duration", headline=True),
+    _bench(
+        "total_throughput", _MAX, "tok/s", "(Σ declared input + Σ output tokens) / duration", headline=True
+    ),
+    _bench("request_throughput", _MAX, "req/s", "completed requests / duration", fmt="{:,.2f}"),
     Metric(
         name="kv_tokens",
         direction=_MAX,
         unit="tokens",
         source=Source.SERVER,
         doc="KV-cache capacity the server reported (max_total_num_tokens)",
+        label="KV-cache tokens",
+        fmt="{:,.0f}",
+        headline=True,
     ),
     Metric(
         name="min_free_vram_mib",
@@ -102,13 +155,16 @@ _ALL = (
         unit="MiB",
         source=Source.GPU,
         doc="lowest free GPU memory sampled on any of the trial's GPUs",
+        label="min free VRAM",
+        fmt="{:,.0f}",
+        headline=True,
     ),
     _latency_metric("ttft", "median_ms", "time to first token"),
-    _latency_metric("ttft", "p99_ms", "time to first token"),
-    _latency_metric("tpot", "median_ms", "time per output token after the first"),
-    _latency_metric("tpot", "p99_ms", "time per output token after the first"),
-    _latency_metric("itl", "median_ms", "gap between content events"),
-    _latency_metric("itl", "p99_ms", "gap between content events"),
+    _latency_metric("ttft", "p99_ms", "time to first token", headline=True),
+    _latency_metric("tpot", "median_ms", "time per output token after the first", fmt="{:,.2f}"),
+    _latency_metric("tpot", "p99_ms", "time per output token after the first", fmt="{:,.2f}", headline=True),
+    _latency_metric("itl", "median_ms", "gap between content events", fmt="{:,.2f}"),
+    _latency_metric("itl", "p99_ms", "gap between content events", fmt="{:,.2f}"),
     _latency_metric("e2e", "median_ms", "request latency, sent to last event"),
     _latency_metric("e2e", "p99_ms", "request latency, sent to last event"),
     _bench("concurrency", None, "requests", "Σ e2e / duration: requests in flight on average"),
@@ -118,8 +174,27 @@ METRICS: Mapping[str, Metric] = {m.name: m for m in _ALL}
 BENCH_METRICS: tuple[str, ...] = tuple(m.name for m in _ALL if m.source is Source.BENCH)
 OPTIMISABLE: tuple[str, ...] = tuple(m.name for m in _ALL if m.optimisable)
 DEFAULT_OBJECTIVES = ("output_throughput", "kv_tokens")
+# What every summary shows beside the objectives (export and confirm lines, the trials table).
+HEADLINE: tuple[str, ...] = tuple(m.name for m in _ALL if m.headline)
 # What the export and `confirm` summarise as median and spread over repeated measurements.
 SPREAD_METRICS = ("output_throughput", "total_throughput", "kv_tokens", "ttft_p99_ms", "tpot_p99_ms")
+
+
+def heading(name: str) -> str:
+    """The column or axis heading of a metric ("TTFT p99 (ms)"); an unknown name as it is."""
+    metric = METRICS.get(name)
+    return metric.heading if metric is not None else name
+
+
+def formatted(name: str, value: float | None) -> str:
+    """A metric's value as its format writes it, without unit; "-" when missing (None or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    metric = METRICS.get(name)
+    try:
+        return (metric.fmt if metric is not None else "{:,.1f}").format(float(value))
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def direction_of(name: str) -> Direction:

@@ -18,7 +18,6 @@ from test_store_contract import make_bench, make_launch, make_result, record
 from tuner.config import Failure, Outcome, Phase, TrialConfig
 from tuner.errors import ConfigError, StoreError
 from tuner.store import schema as store_schema
-from tuner.store import sql as store_module
 from tuner.store.codec import redact_argv, redact_env
 from tuner.store.connect import database_url, make_engine, mask_url, optuna_storage_kwargs
 from tuner.store.sql import SqlStore
@@ -198,14 +197,15 @@ def test_newer_schema_is_refused_by_name(tmp_path: Path) -> None:
 
 def test_older_schema_is_migrated_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SqlStore(file_url(tmp_path)).close()
-    set_schema_version(tmp_path, 0)
+    set_schema_version(tmp_path, 1)
     calls: list[int] = []
-    monkeypatch.setitem(store_schema.MIGRATIONS, 0, lambda conn: calls.append(0))
+    recording = store_schema.Migration(version=1, summary="recorded", upgrade=lambda conn: calls.append(1))
+    monkeypatch.setattr(store_schema, "MIGRATIONS", (recording,))
 
     SqlStore(file_url(tmp_path)).close()
     SqlStore(file_url(tmp_path)).close()
 
-    assert calls == [0]
+    assert calls == [1]
     con = sqlite3.connect(tmp_path / "experiments.db")
     assert con.execute("SELECT version FROM tuner_schema").fetchall() == [(store_schema.SCHEMA_VERSION,)]
     con.close()
@@ -426,17 +426,19 @@ def test_unreachable_server_is_a_store_error_without_the_password() -> None:
     assert "hunter2" not in str(info.value)
 
 
-def test_lock_held_too_long_is_a_store_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lock_held_too_long_is_a_store_error(tmp_path: Path) -> None:
     with SqlStore(file_url(tmp_path)):
         pass
-    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.1)
     holder = sqlite3.connect(tmp_path / "experiments.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        with SqlStore(file_url(tmp_path)) as store:  # opening an existing store needs no write lock
+        # Opening an existing store needs no write lock; the record waits 0.1 s for it, then says why.
+        with SqlStore(file_url(tmp_path), busy_timeout_s=0.1) as store:
             assert store.studies() == ()
-            with pytest.raises(StoreError, match=r"experiments\.db: cannot record .* database is locked"):
+            started = time.monotonic()
+            with pytest.raises(StoreError, match=r"cannot record .* database is locked \(.* more than 0.1 s"):
                 record(store)
+            assert time.monotonic() - started < 10
     finally:
         holder.execute("ROLLBACK")
         holder.close()

@@ -12,19 +12,10 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.report.plots import COLOURS, _axes_metrics, _label, failure_list
+from tuner.metrics import HEADLINE, formatted, heading
+from tuner.report.plots import COLOURS, _axes_metrics, failure_list
 
 __all__ = ["hover_text", "pareto_plotly"]
-
-
-def _fmt(value: Any, fmt: str = "{:,.1f}") -> str:
-    """A number for people: thousands separated, no float noise; '-' when missing (None or NaN)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    try:
-        return fmt.format(float(value))
-    except (TypeError, ValueError):
-        return str(value)
 
 
 def _present(value: Any) -> bool:
@@ -38,8 +29,7 @@ def hover_text(rec: Mapping[str, Any], x: str, y: str) -> str:
     lines = [f"<b>trial {rec['trial']}</b> · {status}{pareto}", str(rec.get("knobs") or "")]
     for metric in dict.fromkeys((x, y, "ttft_p99_ms", "tpot_p99_ms", "min_free_vram_mib")):
         if metric in rec:
-            fmt = "{:,.0f}" if metric in ("kv_tokens", "min_free_vram_mib", "ttft_p99_ms") else "{:,.1f}"
-            lines.append(f"{_label(metric)}: {_fmt(rec[metric], fmt)}")
+            lines.append(f"{heading(metric)}: {formatted(metric, rec[metric])}")
     return "<br>".join(lines)
 
 
@@ -94,8 +84,8 @@ def pareto_plotly(
     if context:
         notes.append(context)
     fig.update_layout(
-        xaxis_title=_label(x),
-        yaxis_title=_label(y),
+        xaxis_title=heading(x),
+        yaxis_title=heading(y),
         title="Pareto front (ringed, dashed line)",
         hoverlabel={"align": "left"},
         margin={"b": 80 + 30 * len(notes)},
@@ -116,19 +106,9 @@ def pareto_plotly(
     return fig
 
 
-_TABLE_FORMATS = {
-    "output_throughput": "{:,.1f}",
-    "total_throughput": "{:,.1f}",
-    "kv_tokens": "{:,.0f}",
-    "min_free_vram_mib": "{:,.0f}",
-    "ttft_p99_ms": "{:,.0f}",
-    "tpot_p99_ms": "{:,.1f}",
-}
-
-
 def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     """The trials for people: status or failure class (never NaN), formatted numbers, - where missing."""
-    columns = [*dict.fromkeys([*metrics, *_TABLE_FORMATS])]
+    columns = [*dict.fromkeys([*metrics, *HEADLINE])]
     out = pd.DataFrame(
         {
             "trial": frame["trial"],
@@ -142,5 +122,5 @@ def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     )
     for column in columns:
         if column in frame:
-            out[_label(column)] = [_fmt(v, _TABLE_FORMATS.get(column, "{:,.1f}")) for v in frame[column]]
+            out[heading(column)] = [formatted(column, v) for v in frame[column]]
     return out.reset_index(drop=True)

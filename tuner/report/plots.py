@@ -22,6 +22,8 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend, works headless
 
+from tuner.metrics import heading
+
 __all__ = [
     "history_plot",
     "latency_plot",
@@ -31,23 +33,6 @@ __all__ = [
 ]
 
 COLOURS = {"feasible": "#1f77b4", "infeasible": "#ff7f0e", "failed": "#d62728"}
-LABELS = {
-    "output_throughput": "output throughput (tok/s)",
-    "total_throughput": "total throughput (tok/s)",
-    "request_throughput": "request throughput (req/s)",
-    "kv_tokens": "KV-cache tokens",
-    "min_free_vram_mib": "min free VRAM (MiB)",
-    "ttft_p99_ms": "TTFT p99 (ms)",
-    "ttft_p50_ms": "TTFT p50 (ms)",
-    "tpot_p99_ms": "TPOT p99 (ms)",
-    "tpot_p50_ms": "TPOT p50 (ms)",
-    "itl_p99_ms": "ITL p99 (ms)",
-    "e2e_p99_ms": "E2E latency p99 (ms)",
-}
-
-
-def _label(metric: str) -> str:
-    return LABELS.get(metric, metric)
 
 
 def save_png(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
@@ -163,9 +148,9 @@ def pareto_plot(
             va="top",
             wrap=True,
         )
-    ax.set_xlabel(_label(x))
-    ax.set_ylabel(_label(y))
-    ax.set_title(title or f"{_label(x)} vs {_label(y)}: {len(frame)} trials")
+    ax.set_xlabel(heading(x))
+    ax.set_ylabel(heading(y))
+    ax.set_title(title or f"{heading(x)} vs {heading(y)}: {len(frame)} trials")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout(rect=(0, 0.06 if (n_failed or context) else 0, 1, 1))
@@ -222,7 +207,7 @@ def metric_vs_param_plot(
                 marker="o",
                 label=status,
             )
-        ax.set_ylabel(_label(metric))
+        ax.set_ylabel(heading(metric))
         ax.grid(True, alpha=0.3)
         if strip:
             _failure_strip(
@@ -303,7 +288,7 @@ def history_plot(
         ax.step(
             ordered["trial"], line, where="post", color="black", linewidth=1, label="best feasible so far"
         )
-        ax.set_ylabel(_label(metric))
+        ax.set_ylabel(heading(metric))
         ax.grid(True, alpha=0.3)
     axes[0][0].legend(fontsize=8)
     if not failed.empty:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from tuner.errors import FlagError, ProfileError
+from tuner.metrics import HEADLINE, METRICS, Metric
 from tuner.report.export import Profile, Spread, knob_line
 from tuner.sglang.config_yaml import config_yaml
 from tuner.sglang.options import OptionTable
@@ -29,14 +30,6 @@ FORMATS = ("sh", "yaml", "json")
 DEFAULT_PORT = 30000  # what an exported script listens on unless PORT is set: SGLang's own default
 _ADDRESS = ("--host", "--port")
 _SAFE_DEFAULT = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
-_METRIC_LINES = (
-    ("kv_tokens", "KV-cache tokens", "{:,.0f}"),
-    ("output_throughput", "output throughput", "{:,.1f} tok/s"),
-    ("total_throughput", "total throughput", "{:,.1f} tok/s"),
-    ("ttft_p99_ms", "TTFT p99", "{:,.1f} ms"),
-    ("tpot_p99_ms", "TPOT p99", "{:,.2f} ms"),
-    ("min_free_vram_mib", "min free VRAM", "{:,.0f} MiB"),
-)
 
 
 def split_launcher(argv: Sequence[str], table: OptionTable) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -85,9 +78,9 @@ def _gpu_line(profile: Profile) -> str:
     return f"GPUs: {names}{driver}{visible}"
 
 
-def _spread_text(spread: Spread, fmt: str) -> str:
-    low, high = fmt.format(spread.low), fmt.format(spread.high)
-    return f"median {fmt.format(spread.median)} (min {low}, max {high}, n={spread.n})"
+def _spread_text(spread: Spread, metric: Metric) -> str:
+    low, high = metric.show(spread.low), metric.show(spread.high)
+    return f"median {metric.show(spread.median)} (min {low}, max {high}, n={spread.n})"
 
 
 def provenance(profile: Profile) -> list[str]:
@@ -103,11 +96,8 @@ def provenance(profile: Profile) -> list[str]:
         f"{profile.gate_verdict or 'not run'}" + (f": {profile.gate_reason}" if profile.gate_reason else ""),
         f"knobs: {knob_line(profile)}",
     ]
-    measured = [
-        f"{label} {fmt.format(v)}"
-        for key, label, fmt in _METRIC_LINES
-        if (v := profile.measured.get(key)) is not None
-    ]
+    headline = [METRICS[name] for name in HEADLINE]
+    measured = [f"{m.title} {m.show(v)}" for m in headline if (v := profile.measured.get(m.name)) is not None]
     lines.append("measured: " + ("; ".join(measured) if measured else "nothing (the trial did not run)"))
     if profile.n_confirm:
         failed = (
@@ -116,9 +106,9 @@ def provenance(profile: Profile) -> list[str]:
             else ""
         )
         lines.append(f"re-validated: original + {profile.n_confirm} repeat(s){failed}")
-        for key, label, fmt in _METRIC_LINES:
-            if key in profile.confirmations:
-                lines.append(f"  {label}: {_spread_text(profile.confirmations[key], fmt)}")
+        for m in headline:
+            if m.name in profile.confirmations:
+                lines.append(f"  {m.title}: {_spread_text(profile.confirmations[m.name], m)}")
     if profile.reason:
         lines.append(profile.reason)
     lines.extend(profile.context)

@@ -61,10 +61,12 @@ def _sqlite_file(url: sa.URL) -> str | None:
     return path
 
 
-def _apply_sqlite_pragmas(dbapi_conn: Any, *, foreign_keys: bool) -> None:
+def _apply_sqlite_pragmas(
+    dbapi_conn: Any, *, foreign_keys: bool, busy_timeout_s: float = BUSY_TIMEOUT_S
+) -> None:
     cursor = dbapi_conn.cursor()
     try:
-        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         cursor.execute("PRAGMA journal_mode = WAL")  # persistent in the file; "memory" in memory
         cursor.execute("PRAGMA synchronous = NORMAL")  # per connection; safe with WAL
         if foreign_keys:
@@ -73,8 +75,8 @@ def _apply_sqlite_pragmas(dbapi_conn: Any, *, foreign_keys: bool) -> None:
         cursor.close()
 
 
-def _on_sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
-    _apply_sqlite_pragmas(dbapi_conn, foreign_keys=True)
+def _on_sqlite_connect(dbapi_conn: Any, _record: Any, *, busy_timeout_s: float) -> None:
+    _apply_sqlite_pragmas(dbapi_conn, foreign_keys=True, busy_timeout_s=busy_timeout_s)
 
 
 def _sqlite_connect(path: str) -> sqlite3.Connection:
@@ -84,8 +86,9 @@ def _sqlite_connect(path: str) -> sqlite3.Connection:
     return con
 
 
-def make_engine(url: str) -> sa.Engine:
-    """A SQLAlchemy engine: SQLite in WAL mode with a 60 s busy timeout, servers with pre-ping."""
+def make_engine(url: str, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> sa.Engine:
+    """A SQLAlchemy engine: SQLite in WAL mode with a busy timeout (60 s unless given), servers with
+    a check of idle connections."""
     try:
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite":
@@ -93,12 +96,14 @@ def make_engine(url: str) -> sa.Engine:
                 # One connection for all threads, or each thread would see its own empty database.
                 engine = sa.create_engine(
                     parsed,
-                    connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+                    connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
                     poolclass=sa.pool.StaticPool,
                 )
             else:
-                engine = sa.create_engine(parsed, connect_args={"timeout": BUSY_TIMEOUT_S})
-            sa.event.listen(engine, "connect", _on_sqlite_connect)
+                engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout_s})
+            sa.event.listen(
+                engine, "connect", functools.partial(_on_sqlite_connect, busy_timeout_s=busy_timeout_s)
+            )
             return engine
         engine = sa.create_engine(parsed, **_server_kwargs(parsed))
         ping_idle_connections(engine)

@@ -1,20 +1,26 @@
-"""The tuner's tables in experiments.db, and their schema version.
+"""The tuner's tables in experiments.db, their schema version and how a database is upgraded.
 
 They share the database with Optuna's RDB tables, so every name carries the
 `tuner_` prefix (Optuna silently skips creating a table that already exists,
 `trials` included) and the version lives in `tuner_schema`, never in
 alembic's default `alembic_version`, which is Optuna's.
+
+Opening a database brings it to this schema (`ensure_schema`), in three steps:
+missing tables are created; the ordered `MIGRATIONS` from its version on are
+applied (a change that rewrites data: renumbering, filling, renaming); and
+every nullable column the tables declare but the database lacks is added (a
+metric added to tuner.metrics is a new column of `tuner_trials`, and needs no
+migration). Every step is idempotent, so two workers upgrading at once are safe.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from tuner.metrics import BENCH_METRICS
-
-SCHEMA_VERSION = 2
 
 ATTEMPT_UNIQUE = "uq_tuner_trials_attempt"  # (study, config_hash, attempt): one number per run
 
@@ -112,8 +118,21 @@ def _unique_attempts(conn: sa.Connection) -> None:
     next(i for i in t.indexes if i.name == ATTEMPT_UNIQUE).create(conn, checkfirst=True)
 
 
-# version -> function that upgrades a database at that version to version + 1.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _unique_attempts}
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Migration:
+    """One schema change: upgrades a database at `version` to `version + 1`."""
+
+    version: int
+    summary: str
+    upgrade: Callable[[sa.Connection], None]
+
+
+# In order; a new one is appended with the next version and SCHEMA_VERSION follows.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(version=1, summary="attempt numbers unique per configuration", upgrade=_unique_attempts),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].version + 1
+assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), "migrations out of order"
 
 
 class NewerSchemaError(Exception):
@@ -132,17 +151,63 @@ def read_version(conn: sa.Connection) -> int | None:
     return None if found is None else int(found)
 
 
+def missing_columns(conn: sa.Connection) -> Mapping[str, tuple[sa.Column[object], ...]]:
+    """Table name -> the declared columns an existing table of the database lacks."""
+    inspector = sa.inspect(conn)
+    present = set(inspector.get_table_names())
+    gaps: dict[str, tuple[sa.Column[object], ...]] = {}
+    for table in metadata.sorted_tables:
+        if table.name not in present:
+            continue
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        lacking = tuple(c for c in table.columns if c.name not in have)
+        if lacking:
+            gaps[table.name] = lacking
+    return gaps
+
+
+def up_to_date(conn: sa.Connection) -> bool:
+    """Every table and column of this schema is there (the version is checked apart)."""
+    present = set(sa.inspect(conn).get_table_names())
+    return all(t.name in present for t in metadata.sorted_tables) and not missing_columns(conn)
+
+
+def add_missing_columns(conn: sa.Connection) -> tuple[str, ...]:
+    """ALTER TABLE ... ADD COLUMN for each declared nullable column a table lacks; `table.column` added.
+
+    A NOT NULL column cannot be added to rows that exist without saying what they hold: that is
+    a migration's job, and its absence here is a bug of the schema, not of the database.
+    """
+    quote = conn.dialect.identifier_preparer.quote
+    guard = " IF NOT EXISTS" if conn.dialect.name == "postgresql" else ""
+    added = []
+    for table, columns in missing_columns(conn).items():
+        for column in columns:
+            if not column.nullable and column.server_default is None:
+                raise ValueError(f"column {table}.{column.name} is NOT NULL: add it with a migration")
+            spec = sa.schema.CreateColumn(column).compile(dialect=conn.dialect)
+            conn.exec_driver_sql(f"ALTER TABLE {quote(table)} ADD COLUMN{guard} {spec}")
+            added.append(f"{table}.{column.name}")
+    return tuple(added)
+
+
 def ensure_schema(conn: sa.Connection) -> int:
-    """Create missing tables, stamp or migrate the version; return the version found before."""
+    """Create missing tables, stamp or migrate the version, add missing columns and indexes;
+    return the version found before."""
     metadata.create_all(conn, checkfirst=True)
     found = conn.execute(sa.select(schema_table.c.version)).scalar_one_or_none()
     if found is None:
         conn.execute(sa.insert(schema_table).values(id=1, version=SCHEMA_VERSION))
-        return SCHEMA_VERSION
+        found = SCHEMA_VERSION
     if found > SCHEMA_VERSION:
         raise NewerSchemaError(found)
-    for version in range(found, SCHEMA_VERSION):
-        MIGRATIONS[version](conn)
+    for migration in MIGRATIONS:
+        if migration.version >= found:
+            migration.upgrade(conn)
     if found < SCHEMA_VERSION:
         conn.execute(sa.update(schema_table).values(version=SCHEMA_VERSION))
+    add_missing_columns(conn)
+    for table in metadata.sorted_tables:
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
     return int(found)

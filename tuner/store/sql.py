@@ -35,6 +35,7 @@ from tuner.store.schema import (
     read_version,
     requests_table,
     trials_table,
+    up_to_date,
 )
 
 __all__ = ["SqlStore", "StoredTrial"]
@@ -44,12 +45,12 @@ log = logging.getLogger(__name__)
 RECORD_TRIES = 50  # writers of one configuration racing for its next attempt number
 
 
-def _cause(exc: BaseException) -> str:
+def _cause(exc: BaseException, busy_timeout_s: float) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
     if "unable to open database file" in text:
         text += " (does the directory exist, and may this user write to it?)"
     elif "database is locked" in text:
-        text += f" (another process held the write lock for more than {BUSY_TIMEOUT_S:g} s)"
+        text += f" (another process held the write lock for more than {busy_timeout_s:g} s)"
     return text
 
 
@@ -57,16 +58,24 @@ class SqlStore:
     """ResultStore on a SQLAlchemy database; opening it creates or checks the tuner's tables."""
 
     def __init__(
-        self, url: str, *, hostname: str | None = None, pid: int | None = None, create: bool = True
+        self,
+        url: str,
+        *,
+        hostname: str | None = None,
+        pid: int | None = None,
+        create: bool = True,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
-        """`create=False` (status, reports, exports): the database must exist and be the tuner's."""
+        """`create=False` (status, reports, exports): the database must exist and be the tuner's.
+        `busy_timeout_s`: how long a write waits for another process's write lock (SQLite)."""
         self.url = url
+        self._busy_timeout_s = busy_timeout_s
         self._shown = mask_url(url)
         self._create = create
         check_database(url, create=create)
         self._hostname = hostname if hostname is not None else host_name()
         self._pid = pid if pid is not None else os.getpid()
-        self._engine = make_engine(url)
+        self._engine = make_engine(url, busy_timeout_s=busy_timeout_s)
         self.attempt_retries = 0  # INSERTs refused because another writer took the attempt number
         try:
             self._open()
@@ -75,7 +84,7 @@ class SqlStore:
             raise
 
     def _open(self) -> None:
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        deadline = time.monotonic() + self._busy_timeout_s
         pause_s = 0.02
         while True:
             try:
@@ -100,7 +109,7 @@ class SqlStore:
                 current = read_version(conn)  # the usual case needs no write lock: readers open at once
                 if current is not None and current > SCHEMA_VERSION:
                     raise NewerSchemaError(current)
-                if current == SCHEMA_VERSION:
+                if current == SCHEMA_VERSION and up_to_date(conn):
                     return current
                 if current is None:
                     self._refuse_foreign(conn)
@@ -145,7 +154,8 @@ class SqlStore:
         try:
             yield
         except (sa.exc.SQLAlchemyError, sqlite3.Error, OSError) as exc:
-            raise StoreError(f"experiments database {self._shown}: cannot {action}: {_cause(exc)}") from exc
+            cause = _cause(exc, self._busy_timeout_s)
+            raise StoreError(f"experiments database {self._shown}: cannot {action}: {cause}") from exc
 
     def record(
         self,
