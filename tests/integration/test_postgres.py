@@ -326,3 +326,34 @@ def test_a_connection_cut_while_idle_is_replaced_before_use(
                 (url.rsplit("/", 1)[1],),
             )
         assert len(store.trials("glm5-v1")) == 1
+
+
+def test_workers_opening_a_database_missing_a_metric_column_add_it_once(server: PostgresServer) -> None:
+    import psycopg
+
+    url = server.url()
+    with SqlStore(url) as store:
+        record(store, make_result())
+    with psycopg.connect(server._dsn(url.rsplit("/", 1)[1]), autocommit=True) as admin:
+        admin.execute("ALTER TABLE tuner_trials DROP COLUMN ttft_p99_ms")
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def open_and_record(i: int) -> None:
+        try:
+            barrier.wait()
+            with SqlStore(url, hostname=f"node-{i}") as store:
+                record(store, make_result(), config_hash=f"c{i}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_record, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    with SqlStore(url) as store:
+        rows = store.trials("glm5-v1")
+    values = [r.metrics["ttft_p99_ms"] for r in rows]
+    assert len(values) == 7 and values[0] is None and None not in values[1:]
