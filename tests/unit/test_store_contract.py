@@ -32,6 +32,7 @@ from tuner.config import (
     Verdict,
 )
 from tuner.errors import StoreError
+from tuner.metrics import trial_values
 from tuner.store.sql import SqlStore
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -123,11 +124,14 @@ def make_result(
     return replace(result, **changes)
 
 
-def verdict(outcome: Outcome = Outcome.OK, *, feasible: bool | None = None) -> Verdict:
+def verdict(
+    outcome: Outcome = Outcome.OK, *, feasible: bool | None = None, result: TrialResult | None = None
+) -> Verdict:
+    """A verdict on `result` (its metrics as the judge computes them; none without a result)."""
     ok = outcome is Outcome.OK
-    return Verdict(
-        outcome=outcome, values=(), constraints={}, feasible=ok if feasible is None else feasible, metrics={}
-    )
+    metrics = trial_values(result) if result is not None else {}
+    feasible = ok if feasible is None else feasible
+    return Verdict(outcome=outcome, values=(), constraints={}, feasible=feasible, metrics=metrics)
 
 
 def record(store: SqlStore, result: TrialResult | None = None, **kwargs: Any) -> int:
@@ -137,7 +141,7 @@ def record(store: SqlStore, result: TrialResult | None = None, **kwargs: Any) ->
         trial_number=0,
         params={"mem": 0.85},
         config_hash="h1",
-        verdict=verdict(result.outcome),
+        verdict=verdict(result.outcome, result=result),
     )
     args.update(kwargs)
     return store.record(result, **args)

@@ -89,7 +89,11 @@ def _point_label(point_result: LoadPointResult, index: int) -> str:
     return point_result.point.label or f"p{index}"
 
 
-def _bench_columns(bench: BenchResult | None, objective_point: int | None) -> dict[str, Any]:
+def _bench_columns(
+    bench: BenchResult | None, objective_point: int | None, computed: Mapping[str, float | None]
+) -> dict[str, Any]:
+    """The benchmark's columns; the metric columns as the verdict computed them (`computed`), read
+    from another load point only when the caller names one that is not the objective point."""
     empty: dict[str, Any] = dict.fromkeys(BENCH_METRICS)
     if bench is None:
         return {**empty, "objective_point": None, "bench_json": None, "client_bound": None}
@@ -105,7 +109,9 @@ def _bench_columns(bench: BenchResult | None, objective_point: int | None) -> di
     points = bench.points
     if points and -len(points) <= index < len(points):
         chosen = points[index]
-        row.update(bench_values(chosen.metrics))
+        own = index % len(points) == bench.objective_point % len(points)
+        values = {name: computed.get(name) for name in BENCH_METRICS} if own else bench_values(chosen.metrics)
+        row.update(values)
         row["objective_point"] = _point_label(chosen, index % len(points))
     return row
 
@@ -160,7 +166,7 @@ def trial_row(
         "min_free_mib_json": None if result.min_free_mib is None else dumps(result.min_free_mib),
         "min_free_mib": min(result.min_free_mib) if result.min_free_mib else None,
         **_gate_columns(result.gate),
-        **_bench_columns(result.bench, objective_point),
+        **_bench_columns(result.bench, objective_point, verdict.metrics),
         "log_path": str(launch.log_path) if launch else None,
         "log_excerpt": result.log_excerpt or (failure.excerpt if failure else ""),
         "timings_json": dumps(result.timings),
