@@ -14,6 +14,7 @@ from rich.table import Table
 
 from tuner.config import Outcome
 from tuner.errors import ReportError
+from tuner.metrics import heading
 from tuner.report.detail import failures_by_class
 from tuner.report.frame import (
     StudyData,
@@ -26,6 +27,7 @@ from tuner.report.frame import (
 from tuner.report.pareto import pareto_front
 from tuner.store.sql import SqlStore
 
+_COLUMNS = ("kv_tokens", "output_throughput", "min_free_vram_mib")  # headings from tuner.metrics
 _STATUS_STYLE = {"feasible": "green", "infeasible": "yellow", "failed": "red", "pruned": "cyan"}
 
 
@@ -61,8 +63,8 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
     table.add_column("#", justify="right", no_wrap=True, min_width=3)
     table.add_column("status", no_wrap=True, min_width=8)
     table.add_column("knobs", no_wrap=True, overflow="ellipsis", min_width=24)
-    for col in ("kv tokens", "out tok/s", "min free MiB"):
-        table.add_column(col, justify="right", no_wrap=True, min_width=7)
+    for metric in _COLUMNS:
+        table.add_column(heading(metric), justify="right", no_wrap=True, min_width=7)
     table.add_column("why", overflow="ellipsis", no_wrap=True, max_width=60)
     forbidden = {t.number for t in data.trials if t.user_attrs.get("forbidden")}
     for rec in frame.to_dict("records"):
@@ -79,9 +81,7 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
             f"{rec['trial']}{mark}",
             f"[{style}]{status}[/{style}]",
             rec["knobs"],
-            _num(values.get("kv_tokens")),
-            _num(values.get("output_throughput")),
-            _num(values.get("min_free_vram_mib")),
+            *(_num(values.get(metric)) for metric in _COLUMNS),
             spread or reused or (message.splitlines() or [""])[0][:120],
         )
     console.print(table)
