@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test chaos lint venv clean
+.PHONY: demo test unit chaos lint venv clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,10 @@ lint: venv
 # The suite without the chaos storms (those run at full size in `make chaos`, which CI runs too).
 test: lint
 	$(BIN)/python -m pytest -q -m "not chaos"
+
+# The unit tests alone (the pure core and the store, no server processes): the quick loop while editing.
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
 
 # The chaos suite at full size (tests/chaos: 20 + 10 kills, 20 signals, workers, broken machines), ~3-4 min.
 chaos: venv

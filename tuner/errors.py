@@ -16,22 +16,34 @@
     └── GpuError                     NVML is missing or failed
 
 A failing *trial* (crash, OOM, NaN) is not an exception: it is data, a
-TrialResult with an Outcome.
+TrialResult with an Outcome. Every exit status of `python -m tuner` is an `ExitCode`.
 """
 
 from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The exit statuses of `python -m tuner`, in one table."""
+
+    OK = 0
+    ERROR = 1  # a TunerError without a code of its own (launch, store, report, GPU, ...)
+    USAGE = 2  # a usage mistake: bad space file, flag or command-line value
+    INFRASTRUCTURE = 3  # infrastructure faults in a row stopped the run (resumable)
+    INTERRUPTED = 130  # stopped by SIGINT/SIGTERM (128 + SIGINT, as shells report it)
 
 
 class TunerError(Exception):
     """Root of every error a user can cause or fix."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.ERROR
 
 
 class ConfigError(TunerError):
     """A space file, flag or command-line value is wrong."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class FlagError(ConfigError):
@@ -65,7 +77,7 @@ class BenchmarkError(TunerError):
 class InfrastructureError(TunerError):
     """Trials keep failing for reasons outside the configuration: the run stops instead of spinning."""
 
-    exit_code = 3
+    exit_code = ExitCode.INFRASTRUCTURE
 
 
 class StoreError(TunerError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 from datetime import timedelta
 from pathlib import Path
@@ -11,6 +10,7 @@ import optuna
 import pytest
 
 from tuner.cli.parallel import exit_code, gpu_sets_for, node_gpus, worker_argv
+from tuner.cli.run_options import RunOptions
 from tuner.cli.worker_events import PhaseChanged, TrialStarted, event_hooks, parse_event
 from tuner.config import Outcome, Phase
 from tuner.errors import ConfigError
@@ -59,15 +59,12 @@ def test_the_space_decides_the_set_size_and_the_node_its_gpus() -> None:
 
 
 def test_a_worker_is_the_parents_run_on_one_set_with_events_on_stdout() -> None:
-    args = argparse.Namespace(
-        space=None, trials=8, timeout=90.0, warm_start="old", warm_start_db="sqlite:///o.db", verbose=True,
-        seed=5, sampler=None,
-    )
-    argv = worker_argv(args, space=TP2, db_url="sqlite:///x.db", study="s-v1", gpus=(2, 3))
+    options = RunOptions(trials=8, timeout=90.0, warm_start="old", warm_start_db="sqlite:///o.db", seed=5)
+    argv = worker_argv(options, space=TP2, db_url="sqlite:///x.db", study="s-v1", gpus=(2, 3), verbose=True)
     text = " ".join(argv[1:])
     assert text.startswith("-m tuner -v run --space ")
     for part in ("--db sqlite:///x.db", "--study s-v1", "--gpus 2,3", "--parallel 1", "--worker-events",
-                 "--trials 8", "--timeout 90s", "--seed 5", "--warm-start old", "--warm-start-db sqlite:///o.db"):
+                 "--trials 8", "--timeout 90", "--seed 5", "--warm-start old", "--warm-start-db sqlite:///o.db"):
         assert part in text
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tuner.cli import probe, profile, study
-from tuner.errors import TunerError
+from tuner.errors import ExitCode, TunerError
 from tuner.interrupts import INTERRUPTS
 
 log = logging.getLogger("tuner")
@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with a usage mistake as one line (`error: ...`) and exit 2, like every other mistake."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
+        self.exit(ExitCode.USAGE, f"error: {self.prog}: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,13 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
         if INTERRUPTS.requested:
-            if code != 130:
+            if code != ExitCode.INTERRUPTED:
                 print("interrupted", file=sys.stderr)
-            return 130
+            return ExitCode.INTERRUPTED
         return int(code or 0)
     except TunerError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return int(exc.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED

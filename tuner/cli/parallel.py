@@ -9,7 +9,6 @@ Each worker dies with a SIGTERM if the parent is killed, tearing its server down
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import logging
@@ -20,12 +19,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
+from tuner.cli.run_options import RunOptions
 from tuner.cli.worker_events import PhaseChanged, TrialStarted, parse_event
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, ExitCode
 from tuner.interrupts import INTERRUPTS
 from tuner.space.loader import SearchSpace
 from tuner.study.events import TrialEvent
@@ -33,7 +33,7 @@ from tuner.study.events import TrialEvent
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
-INTERRUPTED = 130
+INTERRUPTED = ExitCode.INTERRUPTED
 
 
 @dataclass(eq=False, kw_only=True, slots=True)
@@ -70,26 +70,21 @@ def node_gpus(space: SearchSpace, given: tuple[int, ...] | None) -> tuple[int, .
 
 
 def worker_argv(
-    args: argparse.Namespace, *, space: Path, db_url: str, study: str, gpus: Sequence[int]
+    options: RunOptions, *, space: Path, db_url: str, study: str, gpus: Sequence[int], verbose: bool = False
 ) -> list[str]:
-    """The command line of one worker: the parent's `run` on one GPU set, events on stdout."""
-    argv = [sys.executable, "-m", "tuner"]
-    if getattr(args, "verbose", False):
-        argv.append("-v")
-    argv += ["run", "--space", str(space), "--db", db_url, "--study", study]
-    argv += ["--gpus", ",".join(map(str, gpus)), "--parallel", "1", "--plain", "--worker-events"]
-    if args.trials is not None:
-        argv += ["--trials", str(args.trials)]
-    if args.timeout is not None:
-        argv += ["--timeout", f"{args.timeout:g}s"]
-    for flag in ("seed", "sampler"):
-        if getattr(args, flag, None) is not None:
-            argv += [f"--{flag}", str(getattr(args, flag))]
-    if args.warm_start is not None:
-        argv += ["--warm-start", args.warm_start]
-        if args.warm_start_db is not None:
-            argv += ["--warm-start-db", args.warm_start_db]
-    return argv
+    """The command line of one worker: the parent's `run`, every option kept, on one GPU set with
+    events on stdout."""
+    mine = replace(
+        options,
+        space=space,
+        db=db_url,
+        study=study,
+        gpus=tuple(gpus),
+        parallel=1,
+        plain=True,
+        worker_events=True,
+    )
+    return [sys.executable, "-m", "tuner", *(["-v"] if verbose else []), "run", *mine.argv()]
 
 
 def _own_group_dying_with_parent() -> None:  # runs in the child between fork and exec
@@ -189,23 +184,28 @@ def exit_code(codes: Sequence[int], interrupted: bool) -> int:
     return next((c for c in codes if c != 0), 0)
 
 
-def run_parallel(args: argparse.Namespace, space: SearchSpace, sets: int, *, db_url: str, study: str) -> int:
+def run_parallel(
+    options: RunOptions, space: SearchSpace, sets: int, *, db_url: str, study: str, verbose: bool = False
+) -> int:
     """Run `sets` workers of the space's study at once, each on its own GPUs; the exit code."""
-    gpu_sets = gpu_sets_for(space, node_gpus(space, args.gpus), sets)
+    gpu_sets = gpu_sets_for(space, node_gpus(space, options.gpus), sets)
     path = Path(space.path)
-    argvs = [(g, worker_argv(args, space=path, db_url=db_url, study=study, gpus=g)) for g in gpu_sets]
+    argvs = [
+        (g, worker_argv(options, space=path, db_url=db_url, study=study, gpus=g, verbose=verbose))
+        for g in gpu_sets
+    ]
     sets_text = " | ".join(",".join(map(str, g)) for g in gpu_sets)
     print(f"study {study}: {sets} workers on GPUs {sets_text}", file=sys.stderr, flush=True)
     supervisor = Supervisor(start_workers(argvs))
     while True:
         try:
-            _follow(args, space, supervisor)
+            _follow(options, space, supervisor)
             break
         except KeyboardInterrupt:  # outside the queue wait (e.g. while drawing): stop, keep following
             supervisor.stop()
     codes = supervisor.wait()
     interrupted = supervisor.stopping or INTERRUPTED in codes
-    budget = args.trials or space.budget.n_trials
+    budget = options.trials or space.budget.n_trials
     _summary(db_url, study, budget, interrupted)
     return exit_code(codes, supervisor.stopping)
 
@@ -218,9 +218,9 @@ def gpu_sets_for(space: SearchSpace, gpus: tuple[int, ...], sets: int) -> tuple[
     return split_gpus(gpus, gpus_per_trial(space, engine_for(space, state_root=None)), sets)
 
 
-def _follow(args: argparse.Namespace, space: SearchSpace, supervisor: Supervisor) -> None:
+def _follow(options: RunOptions, space: SearchSpace, supervisor: Supervisor) -> None:
     """Show the workers' events: plain lines, or the live display of every running trial."""
-    if args.plain or not sys.stderr.isatty():
+    if options.plain or not sys.stderr.isatty():
         for worker, line, is_err in supervisor.lines_until_done():
             event = parse_event(line)
             if isinstance(event, TrialEvent):
@@ -242,7 +242,7 @@ def _follow(args: argparse.Namespace, space: SearchSpace, supervisor: Supervisor
     from tuner.cli.display import RunDisplay
 
     names = [o.metric for o in space.objectives]
-    budget = args.trials or space.budget.n_trials
+    budget = options.trials or space.budget.n_trials
     with RunDisplay(budget=budget, metric_names=names, parallel=len(supervisor.workers)) as display:
         for worker, line, _ in supervisor.lines_until_done():
             event = parse_event(line)

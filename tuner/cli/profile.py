@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.cli.output import positive_int
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, ExitCode
 
 
 def _add_choice(p: argparse.ArgumentParser) -> None:
@@ -216,7 +216,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             )
     print(f"export it: python -m tuner export --db {url} --study {run.study} --trial {run.trial} --format sh")
     if run.interrupted:
-        return 130
+        return ExitCode.INTERRUPTED
     return 0 if run.all_ok else 1
 
 

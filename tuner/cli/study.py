@@ -14,8 +14,9 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from tuner.cli.output import duration, gpu_list, positive_int
+from tuner.cli.run_options import RunOptions
 from tuner.config import Phase
-from tuner.errors import ConfigError, FlagError
+from tuner.errors import ConfigError, ExitCode, FlagError
 from tuner.space.loader import SearchSpace
 
 
@@ -97,35 +98,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tuner.study.events import Hooks, TrialEvent
     from tuner.study.runner import StudyRunner
 
-    url = database_url(args.db)
-    space, study_name = _space_to_run(args, url)
-    sets = args.parallel if args.parallel is not None else space.budget.parallel
+    options = RunOptions.from_args(args)
+    url = database_url(options.db)
+    space, study_name = _space_to_run(options, url)
+    sets = options.parallel if options.parallel is not None else space.budget.parallel
     if sets < 1:
         raise ConfigError(f"--parallel: expected at least 1 (got {sets})")
     if sets > 1:
         from tuner.cli.parallel import run_parallel
 
-        return run_parallel(args, space, sets, db_url=url, study=study_name or space.study_name)
+        verbose = bool(getattr(args, "verbose", False))
+        name = study_name or space.study_name
+        return run_parallel(options, space, sets, db_url=url, study=name, verbose=verbose)
     warm = None
-    if args.warm_start is not None:
+    if options.warm_start is not None:
         from tuner.study.warm import WarmStart
 
-        warm = WarmStart(url=database_url(args.warm_start_db or args.db), study=args.warm_start)
+        warm = WarmStart(url=database_url(options.warm_start_db or options.db), study=options.warm_start)
     runner = StudyRunner(
         space,
         db_url=url,
         study_name=study_name,
-        n_trials=args.trials,
-        timeout_s=args.timeout,
+        n_trials=options.trials,
+        timeout_s=options.timeout,
         warm_start=warm,
     )
     metric_names = [o.metric for o in space.objectives]
-    if args.worker_events:
+    if options.worker_events:
         from tuner.cli.worker_events import event_hooks
 
         summary = runner.run(event_hooks(sys.stdout))
-        return 130 if summary.interrupted else 0
-    if args.plain or not sys.stderr.isatty():
+        return ExitCode.INTERRUPTED if summary.interrupted else ExitCode.OK
+    if options.plain or not sys.stderr.isatty():
 
         def on_trial(ev: TrialEvent) -> None:
             measured = ev.outcome.measured
@@ -157,10 +161,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tuner.report.status import print_status
 
     print_status(runner.store, summary.study_name, runner.study)
-    return 130 if summary.interrupted else 0
+    return ExitCode.INTERRUPTED if summary.interrupted else ExitCode.OK
 
 
-def _space_to_run(args: argparse.Namespace, url: str) -> tuple[SearchSpace, str | None]:
+def _space_to_run(args: RunOptions, url: str) -> tuple[SearchSpace, str | None]:
     """The space of `run` (given, or stored with the one unfinished study) with the command's overrides."""
     from tuner.space.loader import load_space
 
@@ -248,7 +252,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{count - bad}/{count} configurations of {space.path} render to flags SGLang {version} accepts "
         f"(option table: {table.source})"
     )
-    return 2 if bad else 0
+    return ExitCode.USAGE if bad else ExitCode.OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
