@@ -20,13 +20,13 @@ VRAM during the run was at least `min_free_mib`:
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from tuner import front
 from tuner.errors import ProfileError
 from tuner.metrics import SPREAD_METRICS
 from tuner.report.frame import StudyData, compact_params, measurements, median_measurements
@@ -209,14 +209,8 @@ def choose_best(data: StudyData, *, prefer: str = "balanced", min_free_mib: int 
 
 
 def utopia_distances(first: Mapping[int, float], second: Mapping[int, float]) -> dict[int, float]:
-    """Distance of each candidate to (1, 1) once each metric is divided by its best value."""
-
-    def scaled(values: Mapping[int, float]) -> dict[int, float]:
-        high = max(values.values())
-        return {k: v / high if high > 0 else 1.0 for k, v in values.items()}
-
-    a, b = scaled(first), scaled(second)
-    return {k: math.hypot(1.0 - a[k], 1.0 - b[k]) for k in first}
+    """Distance of each candidate to (1, 1) once each metric (both maximised) is divided by its best."""
+    return front.utopia_distances({k: (first[k], second[k]) for k in first}, ("maximize", "maximize"))
 
 
 # ------------------------------------------------------------------------------------ profile

@@ -7,39 +7,19 @@ rather than show a front that one of them denies (reference optuna.md §3).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
 from tuner.errors import ReportError
+from tuner.front import non_dominated
 from tuner.report.frame import StudyData, measurements, median_measurements, trials_frame
 
+__all__ = ["front_frame", "non_dominated", "pareto_front", "pareto_numbers"]
+
 log = logging.getLogger(__name__)
-
-
-def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
-    """a is at least as good as b everywhere and better somewhere (signs: +1 maximise, -1 minimise)."""
-    better = False
-    for x, y, s in zip(a, b, signs, strict=False):
-        if s * x < s * y:
-            return False
-        if s * x > s * y:
-            better = True
-    return better
-
-
-def non_dominated(points: Mapping[int, Sequence[float]], directions: Sequence[str]) -> tuple[int, ...]:
-    """Keys of the points no other point dominates (equal points are all kept, as Optuna does)."""
-    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
-    return tuple(
-        sorted(
-            k
-            for k, p in points.items()
-            if not any(_dominates(q, p, signs) for j, q in points.items() if j != k)
-        )
-    )
 
 
 def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:

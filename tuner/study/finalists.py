@@ -9,12 +9,12 @@ use the median over all measurements of a configuration.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.front import ranked
 from tuner.study.learn import NOT_LAUNCHED
 
 STATE_ATTR = "finalists"  # study user attr: {trial number: repeats claimed}
@@ -28,37 +28,17 @@ class FinalistJob:
     repeat: int  # 1-based
 
 
-def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
-    at_least = all(s * x >= s * y for x, y, s in zip(a, b, signs, strict=True))
-    better = any(s * x > s * y for x, y, s in zip(a, b, signs, strict=True))
-    return at_least and better
-
-
 def pick_finalists(trials: Sequence[FrozenTrial], directions: Sequence[str], count: int) -> list[int]:
     """The `count` best feasible launched trials: Pareto-front members first, then by utopia distance."""
-    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
-    feasible = [
-        t
+    feasible = {
+        t.number: t.values
         for t in trials
         if t.state is TrialState.COMPLETE
         and t.user_attrs.get("feasible")
         and not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)
         and t.values is not None
-    ]
-    if not feasible:
-        return []
-    front = {t.number for t in feasible if not any(_dominates(o.values, t.values, signs) for o in feasible)}
-    best = [max(s * t.values[i] for t in feasible) for i, s in enumerate(signs)]
-
-    def distance(t: FrozenTrial) -> float:
-        parts = []
-        for i, s in enumerate(signs):
-            scale = abs(best[i]) or 1.0
-            parts.append(((s * t.values[i]) - best[i]) / scale)
-        return math.sqrt(sum(p * p for p in parts))
-
-    ranked = sorted(feasible, key=lambda t: (t.number not in front, distance(t), t.number))
-    return [t.number for t in ranked[:count]]
+    }
+    return ranked(feasible, directions)[:count]
 
 
 def next_job(
