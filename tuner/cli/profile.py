@@ -173,10 +173,22 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     from tuner.report.frame import load_study_data
     from tuner.space.loader import load_space
     from tuner.store.connect import database_url
+    from tuner.store.sql import SqlStore
     from tuner.study.confirm import confirm
 
     space = load_space(args.space)
     url = database_url(args.db)
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats: expected at least 1 (got {args.repeats})")
+    with SqlStore(url, create=False) as store:
+        name = store.resolve_study(args.study, preferred=space.study_name)
+    choice = select(
+        load_study_data(url, name),
+        trial=args.trial,
+        prefer=args.prefer,
+        min_free_mib=args.min_free_mib,
+        allow_infeasible=args.allow_infeasible,
+    )
 
     def on_result(i: int, result: Any) -> None:
         print(f"repeat {i}/{args.repeats}: {result_line(result)}", file=sys.stderr, flush=True)
@@ -184,16 +196,14 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     run = confirm(
         space,
         db_url=url,
-        study=args.study,
+        study=name,
+        original=choice.row,
         trial=args.trial,
-        prefer=args.prefer,
-        min_free_mib=args.min_free_mib,
         repeats=args.repeats,
-        allow_infeasible=args.allow_infeasible,
         on_result=on_result,
     )
-    if run.reason:
-        print(run.reason, file=sys.stderr)
+    if choice.reason:
+        print(choice.reason, file=sys.stderr)
     data = load_study_data(url, run.study)
     original = next(r for r in data.rows if r.id == run.original_id)
     profile = build_profile(

@@ -20,13 +20,11 @@ from dataclasses import dataclass
 
 from tuner.config import Outcome, TrialResult
 from tuner.errors import ConfigError, ProfileError
-from tuner.objectives import judge
-from tuner.report.export import select
-from tuner.report.frame import load_study_data
 from tuner.session import key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params
+from tuner.store.rows import StoredTrial
 from tuner.store.sql import SqlStore
-from tuner.study.storage import objectives_of
+from tuner.study.repeat import record_repeat
 from tuner.trial import run_trial
 
 __all__ = ["ConfirmRun", "confirm"]
@@ -41,7 +39,6 @@ class ConfirmRun:
     study: str
     trial: int | None
     original_id: int
-    reason: str
     row_ids: tuple[int, ...]
     outcomes: tuple[Outcome, ...]
     interrupted: bool = False
@@ -55,24 +52,18 @@ def confirm(
     space: SearchSpace,
     *,
     db_url: str,
-    study: str | None = None,
+    study: str,
+    original: StoredTrial,
     trial: int | None = None,
-    prefer: str = "balanced",
-    min_free_mib: int | None = None,
     repeats: int = 3,
-    allow_infeasible: bool = False,
     on_result: Callable[[int, TrialResult], None] | None = None,
 ) -> ConfirmRun:
-    """Relaunch trial `trial` (or the --best choice) `repeats` times and record every run."""
+    """Relaunch the recorded `original` (trial `trial`, or the one chosen for the caller) `repeats`
+    times and record every run."""
     if repeats < 1:
         raise ConfigError(f"--repeats: expected at least 1 (got {repeats})")
+    name = study
     with SqlStore(db_url, create=False) as store:
-        name = store.resolve_study(study, preferred=space.study_name)
-        data = load_study_data(db_url, name)
-        choice = select(
-            data, trial=trial, prefer=prefer, min_free_mib=min_free_mib, allow_infeasible=allow_infeasible
-        )
-        original = choice.row
         number = original.trial_number if trial is None else trial
         try:
             config = config_from_params(space, original.params)
@@ -96,18 +87,17 @@ def confirm(
                 if result.outcome is Outcome.INTERRUPTED:
                     interrupted = True
                     break
-                verdict = judge(result, objectives_of(space), space.constraints)
-                ids.append(
-                    store.record(
-                        result,
-                        study=name,
-                        trial_number=None,
-                        params=original.params,
-                        config_hash=chash,
-                        verdict=verdict,
-                        confirm_of=original.id,
-                    )
+                _, row_id = record_repeat(
+                    store,
+                    space,
+                    result,
+                    study=name,
+                    params=original.params,
+                    config_hash=chash,
+                    original_id=original.id,
                 )
+                if row_id is not None:
+                    ids.append(row_id)
                 outcomes.append(result.outcome)
                 if on_result is not None:
                     on_result(i, result)
@@ -115,7 +105,6 @@ def confirm(
         study=name,
         trial=number,
         original_id=original.id,
-        reason=choice.reason,
         row_ids=tuple(ids),
         outcomes=tuple(outcomes),
         interrupted=interrupted,

@@ -41,6 +41,7 @@ from tuner.study.claims import claim_launch
 from tuner.study.durable import finish_recorded, store_guard
 from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
 from tuner.study.learn import NOT_LAUNCHED, measured_before, policy_for, sampler_seed, study_evidence
+from tuner.study.repeat import record_repeat
 from tuner.study.storage import Heartbeat, ask_lock, make_sampler, open_study, record_heartbeat, worker_lock
 from tuner.study.tell import Teller
 from tuner.study.warm import WarmStart
@@ -343,7 +344,6 @@ class StudyRunner:
         label = f"finalist-{number:04d}-{job.repeat}"
         result = self.execute(config, with_phase_hook(ctx, number, self.hooks), label=label)
         with INTERRUPTS.deferred():
-            verdict = self.teller.verdict(result)
             original = next(
                 (
                     r
@@ -352,18 +352,17 @@ class StudyRunner:
                 ),
                 None,
             )
+            verdict, _ = record_repeat(
+                self.store,
+                self.space,
+                result,
+                study=self.name,
+                params=dict(job.trial.params),
+                config_hash=str(job.trial.user_attrs.get("cfg_hash", "")),
+                original_id=original.id if original is not None else None,
+            )
             if verdict.retryable:
                 self._unclaim(number)
-            else:
-                self.store.record(
-                    result,
-                    study=self.name,
-                    trial_number=None,
-                    params=dict(job.trial.params),
-                    config_hash=str(job.trial.user_attrs.get("cfg_hash", "")),
-                    verdict=verdict,
-                    confirm_of=original.id if original is not None else None,
-                )
             message = f"finalist trial {number}, repeat {job.repeat}: " + (
                 result.failure.message if result.failure else verdict.message
             )
