@@ -10,18 +10,13 @@ makes them (tuner.gate.run, tuner.bench) and are only referenced here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 from pydantic import Field
 
 from tuner.settings import Duration, Settings
-
-if TYPE_CHECKING:
-    from tuner.bench.types import BenchResult
-    from tuner.gate.run import GateResult  # noqa: F401
 
 FlagValue: TypeAlias = bool | int | float | str | tuple[int, ...] | tuple[str, ...]
 
@@ -194,31 +189,6 @@ class StageTimings:
     teardown_s: float = 0.0  # stopping the server and waiting for its GPU memory to come back
     release_s: float = 0.0  # of teardown_s: the wait for the memory, after the processes were gone
     overhead_s: float = 0.0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TrialResult:
-    """Everything one trial produced, success or failure."""
-
-    config: TrialConfig
-    launch: LaunchSpec | None
-    outcome: Outcome
-    failure: Failure | None = None
-    sglang_version: str
-    gpus: tuple[GpuInfo, ...] = ()
-    server: ServerFacts | None = None
-    gate: GateResult | None = None
-    bench: BenchResult | None = None
-    min_free_mib: tuple[int, ...] | None = None
-    log_excerpt: str = ""
-    started_at: datetime
-    finished_at: datetime
-    timings: StageTimings = field(default_factory=StageTimings)
-    warnings: tuple[str, ...] = ()  # kept but noisy: e.g. the benchmark client starved by other processes
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is Outcome.OK
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

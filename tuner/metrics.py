@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from tuner.bench.types import BenchMetrics, LatencyStats
-from tuner.config import TrialResult
+from tuner.result import TrialResult
 
 
 class Direction(str, Enum):

@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from tuner.config import Outcome, TrialResult, Verdict
+from tuner.config import Outcome, Verdict
 from tuner.metrics import Direction, trial_values
+from tuner.result import TrialResult
 from tuner.space.sections import Objective, Slo
 
 FAILURE_CONSTRAINT = "failure"

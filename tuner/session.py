@@ -26,9 +26,9 @@ from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook
 from tuner.gate.run import gate
 from tuner.gpu.sampler import GpuProbe
+from tuner.host import free_port
 from tuner.sglang.flags import render_flags, validate_flags
 from tuner.sglang.orphans import LiveServers
-from tuner.sglang.process import free_port
 from tuner.space.loader import SearchSpace
 
 log = logging.getLogger(__name__)

@@ -28,12 +28,12 @@ from tuner.config import (
     ServerFacts,
     StageTimings,
     TrialConfig,
-    TrialResult,
 )
 from tuner.errors import GpuBusyError, LaunchError, ReleaseTimeoutError
 from tuner.gate.checks import GateResult, GateVerdict
 from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
 from tuner.interrupts import INTERRUPTS
+from tuner.result import TrialResult
 from tuner.session import TrialContext, prepare_launch
 from tuner.sglang import logs
 from tuner.sglang.flags import min_gpus

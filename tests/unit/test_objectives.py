@@ -7,9 +7,10 @@ from datetime import datetime, timezone
 import pytest
 from result_builders import make_bench
 
-from tuner.config import Failure, Outcome, Phase, ServerFacts, TrialConfig, TrialResult
+from tuner.config import Failure, Outcome, Phase, ServerFacts, TrialConfig
 from tuner.metrics import trial_values
 from tuner.objectives import FAILURE_CONSTRAINT, judge
+from tuner.result import TrialResult
 from tuner.space.sections import Objective, Slo
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

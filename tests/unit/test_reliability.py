@@ -134,3 +134,20 @@ def test_a_launch_key_is_claimed_by_one_running_trial_at_a_time(tmp_path: Path) 
     claim_launch(study, study_trial, "k2", lock=lock, stop=lambda: False, sleep=lambda s: None)
     study_trial.set_user_attr("host", "elsewhere")
     assert claim_launch(study, third, "k2", lock=lock, stop=lambda: True, sleep=lambda s: None) is None
+
+
+def test_a_claim_of_a_dead_worker_on_this_named_host_does_not_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With $TUNER_HOSTNAME set, trials record that name: a dead worker's claim is recognised by it."""
+    monkeypatch.setenv("TUNER_HOSTNAME", "node-7")
+    url = f"sqlite:///{tmp_path / 'exp.db'}"
+    study = _study(url)
+    dead, waiting = study.ask(), study.ask()
+    lock = tmp_path / "lock"
+    assert claim_launch(study, dead, "k1", lock=lock, stop=lambda: False, sleep=lambda s: None) is None
+    dead.set_user_attr("host", "node-7")
+    dead.set_user_attr("pid", 2**22 + 12345)  # no such process
+    slept: list[float] = []
+    assert claim_launch(study, waiting, "k1", lock=lock, stop=lambda: bool(slept), sleep=slept.append) is None
+    assert slept == []

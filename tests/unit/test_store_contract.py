@@ -28,11 +28,11 @@ from tuner.config import (
     ServerFacts,
     StageTimings,
     TrialConfig,
-    TrialResult,
     Verdict,
 )
 from tuner.errors import StoreError
 from tuner.metrics import trial_values
+from tuner.result import TrialResult
 from tuner.store.sql import SqlStore
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)

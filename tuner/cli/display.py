@@ -11,7 +11,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tuner.config import Outcome, Phase, TrialResult
+from tuner.config import Outcome, Phase
+from tuner.result import TrialResult
 from tuner.study.events import TrialEvent
 
 

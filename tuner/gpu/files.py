@@ -10,7 +10,7 @@ from typing import Literal
 from tuner.config import GpuInfo
 from tuner.gpu import statefile
 from tuner.gpu.probe import GpuMemory, merge_processes
-from tuner.sglang.process import pid_alive
+from tuner.host import pid_alive
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner.config import CudaGraph, FlagValue, TrialConfig
 from tuner.errors import ConfigError
 from tuner.settings import show
-from tuner.space.build import forbidden_match
+from tuner.space.build import Forbidden, forbidden_match
 from tuner.space.params import (
+    Param,
     ParamKind,
     Target,
     clean_float,
@@ -32,7 +33,19 @@ from tuner.space.params import (
 if TYPE_CHECKING:
     import optuna
 
-    from tuner.space.loader import SearchSpace
+
+class SearchSpace(Protocol):
+    """What sampling reads of a space (tuner.space.loader.SearchSpace is one; the loader imports
+    this module, so it is named by its shape, not imported)."""
+
+    @property
+    def params(self) -> tuple[Param, ...]: ...
+    @property
+    def forbidden(self) -> tuple[Forbidden, ...]: ...
+    @property
+    def baselines(self) -> tuple[Mapping[str, object], ...]: ...
+    @property
+    def study_name(self) -> str: ...
 
 
 def suggest(space: SearchSpace, trial: optuna.trial.BaseTrial) -> tuple[TrialConfig, dict[str, object]]:

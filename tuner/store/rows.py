@@ -8,9 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from tuner.bench.types import BenchResult, LoadPointResult
-from tuner.config import Outcome, Phase, TrialResult, Verdict
+from tuner.config import Outcome, Phase, Verdict
 from tuner.gate.checks import GateResult
 from tuner.metrics import BENCH_METRICS, bench_values
+from tuner.result import TrialResult
 from tuner.store.codec import (
     dumps,
     fields_of,

@@ -20,9 +20,10 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from tuner.config import TrialResult, Verdict
+from tuner.config import Verdict
 from tuner.errors import ConfigError, StoreError
-from tuner.sglang.process import host_name
+from tuner.host import host_name
+from tuner.result import TrialResult
 from tuner.store.codec import loads
 from tuner.store.connect import BUSY_TIMEOUT_S, make_engine, mask_url
 from tuner.store.preflight import check_database, foreign_tables

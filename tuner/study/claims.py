@@ -12,13 +12,12 @@ stops at its first safe point.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 
 import optuna
 from optuna.trial import TrialState
 
-from tuner.sglang.process import pid_alive
+from tuner.host import host_name, pid_alive
 from tuner.study.storage import WorkerLock, ask_lock
 
 POLL_S = 0.2
@@ -48,7 +47,7 @@ def claim_launch(
 
 def _holder(study: optuna.Study, number: int, key: str) -> int | None:
     """Another RUNNING trial holding `key` whose worker is alive (or on another host), if any."""
-    host = socket.gethostname()
+    host = host_name()  # as the trials record it ($TUNER_HOSTNAME when set)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t.number == number or t.user_attrs.get(CLAIM) != key:
             continue

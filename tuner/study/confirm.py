@@ -18,8 +18,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tuner.config import Outcome, TrialResult
+from tuner.config import Outcome
 from tuner.errors import ConfigError, ProfileError
+from tuner.result import TrialResult
 from tuner.session import key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.store.rows import StoredTrial

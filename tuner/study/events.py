@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from tuner.config import Outcome, Phase, TrialResult
+from tuner.config import Outcome, Phase
+from tuner.result import TrialResult
 from tuner.session import TrialContext
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import Outcome, TrialResult, Verdict
+from tuner.config import Outcome, Verdict
 from tuner.errors import ConfigError
+from tuner.result import TrialResult
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.policy import Policy, build_policy
 from tuner.space.loader import SearchSpace, config_from_params

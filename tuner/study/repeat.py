@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tuner.config import TrialResult, Verdict
+from tuner.config import Verdict
 from tuner.objectives import judge
+from tuner.result import TrialResult
 from tuner.space.loader import SearchSpace
 from tuner.store.sql import SqlStore
 from tuner.study.storage import objectives_of

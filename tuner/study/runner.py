@@ -24,12 +24,13 @@ import optuna
 from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import Outcome, TrialResult
+from tuner.config import Outcome
+from tuner.host import host_name, pid_alive
 from tuner.interrupts import INTERRUPTS
 from tuner.objectives import is_feasible
+from tuner.result import TrialResult
 from tuner.search.evidence import Evidence
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
-from tuner.sglang.process import host_name, pid_alive
 from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
 from tuner.space.sampling import sampler_params
 from tuner.store.health import StoreWatch

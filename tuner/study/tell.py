@@ -17,9 +17,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult, Verdict
+from tuner.config import Failure, Outcome, Phase, TrialConfig, Verdict
 from tuner.objectives import judge
 from tuner.private import make_private, private_dir
+from tuner.result import TrialResult
 from tuner.search.policy import Decision
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective

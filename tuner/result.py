@@ -1,0 +1,41 @@
+"""A trial's result: what the stages produced for one configuration, success or failure.
+
+It sits above the stages (it holds a GateResult and a BenchResult) and below everything that
+reads a result (metrics, the judge, the store, the study), so no value type depends on a stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tuner.bench.types import BenchResult
+from tuner.config import Failure, GpuInfo, LaunchSpec, Outcome, ServerFacts, StageTimings, TrialConfig
+from tuner.gate.checks import GateResult
+
+__all__ = ["TrialResult"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialResult:
+    """Everything one trial produced, success or failure."""
+
+    config: TrialConfig
+    launch: LaunchSpec | None
+    outcome: Outcome
+    failure: Failure | None = None
+    sglang_version: str
+    gpus: tuple[GpuInfo, ...] = ()
+    server: ServerFacts | None = None
+    gate: GateResult | None = None
+    bench: BenchResult | None = None
+    min_free_mib: tuple[int, ...] | None = None
+    log_excerpt: str = ""
+    started_at: datetime
+    finished_at: datetime
+    timings: StageTimings = field(default_factory=StageTimings)
+    warnings: tuple[str, ...] = ()  # kept but noisy: e.g. the benchmark client starved by other processes
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
