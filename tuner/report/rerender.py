@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tuner.config import CudaGraph, TrialConfig
+from tuner.config import TrialConfig
 from tuner.errors import FlagError, ProfileError
 from tuner.report.export import Profile
 from tuner.report.profile import DEFAULT_PORT, split_launcher
 from tuner.sglang.flags import current_spelling, render_flags, validate_flags
 from tuner.sglang.options import OptionSpec, OptionTable
 from tuner.sglang.renames import CANONICAL_KINDS, canonical, missing_message, replacement
+from tuner.sglang.structured import STRUCTURED
 
 SGLANG_LAUNCHER = ("python", "-m", "sglang.launch_server")
 DEFAULT_HOST = "127.0.0.1"
@@ -42,27 +43,16 @@ class Rerendered:
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrialConfig:
-    """The TrialConfig of a stored row's `config` (the JSON of the dataclass)."""
-    graph = data.get("cuda_graph")
-    cuda_graph = None
-    if isinstance(graph, Mapping):
-        bs = graph.get("bs")
-        cuda_graph = CudaGraph(
-            enabled=bool(graph.get("enabled", True)),
-            max_bs=graph.get("max_bs"),
-            bs=tuple(int(b) for b in bs) if bs else None,
-        )
+    """The TrialConfig of a stored row's `config` (the JSON of the dataclass); every structured
+    knob restores its own fields, so a new one is carried without naming it here."""
+    knobs: dict[str, Any] = {}
+    for knob in STRUCTURED:
+        knobs.update(knob.restore(data))
     flags = tuple(
         (str(name), tuple(value) if isinstance(value, list) else value)
         for name, value in data.get("flags") or ()
     )
-    return TrialConfig(
-        mem_fraction_static=data.get("mem_fraction_static"),
-        cuda_graph=cuda_graph,
-        sparse_prefill_backend=data.get("sparse_prefill_backend"),
-        sparse_decode_backend=data.get("sparse_decode_backend"),
-        flags=flags,
-    )
+    return TrialConfig(mem_fraction_static=data.get("mem_fraction_static"), flags=flags, **knobs)
 
 
 def _groups(flags: Sequence[str], table: OptionTable) -> list[tuple[OptionSpec | None, str, list[str]]]:
@@ -87,12 +77,7 @@ def rerender(
     port: int = DEFAULT_PORT,
 ) -> Rerendered:
     """`flags` (recorded for `source`'s release) and `config`'s knobs for `target`'s release."""
-    knobs_only = TrialConfig(
-        mem_fraction_static=config.mem_fraction_static,
-        cuda_graph=config.cuda_graph,
-        sparse_prefill_backend=config.sparse_prefill_backend,
-        sparse_decode_backend=config.sparse_decode_backend,
-    )
+    knobs_only = replace(config, flags=())  # every knob, whatever fields TrialConfig grows
     try:
         old_knobs = render_flags(knobs_only, source, port=0)
         new_knobs = render_flags(knobs_only, target, host=host, port=port)

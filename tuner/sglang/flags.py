@@ -30,6 +30,7 @@ from tuner.sglang.renames import (
     replacement,
     retired_message,
 )
+from tuner.sglang.structured import CUDA_GRAPH, SPARSE_BACKENDS
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +41,12 @@ __all__ = [
     "validate_flags",
 ]
 
-# Knob -> the dests that hold it, newest first.
+# Knob -> the dests that hold it, newest first (the structured knobs': tuner.sglang.structured).
 _MEM = ("mem_fraction_static",)
-_MAX_BS = ("cuda_graph_max_bs_decode", "cuda_graph_max_bs")
-_BS = ("cuda_graph_bs_decode", "cuda_graph_bs")
-_PREFILL = ("dsa_prefill_backend", "nsa_prefill_backend", "nsa_prefill")
-_DECODE = ("dsa_decode_backend", "nsa_decode_backend", "nsa_decode")
+_MAX_BS = CUDA_GRAPH.dests["max_bs"]
+_BS = CUDA_GRAPH.dests["bs"]
+_PREFILL = SPARSE_BACKENDS.dests["prefill"]
+_DECODE = SPARSE_BACKENDS.dests["decode"]
 
 
 

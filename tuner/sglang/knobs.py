@@ -13,25 +13,14 @@ from dataclasses import dataclass
 
 from tuner.errors import ConfigError
 from tuner.sglang.options import OptionSpec, OptionTable, builtin_table, known_versions
+from tuner.sglang.structured import CUDA_GRAPH, SPARSE_BACKENDS, knob_owning
 
 VERSION_PATTERN = r"\d+\.\d+(\.\d+)?(\.post\d+)?"
 
 # Flags the tuner sets itself, per knob; a fixed flag or plain flag param may not touch them.
 MEM_FRACTION_DESTS = frozenset({"mem_fraction_static"})
-CUDA_GRAPH_DESTS = frozenset(
-    {
-        "disable_cuda_graph",
-        "cuda_graph_max_bs",
-        "cuda_graph_bs",
-        "cuda_graph_max_bs_decode",
-        "cuda_graph_bs_decode",
-        "disable_decode_cuda_graph",
-        "cuda_graph_config",
-    }
-)
-BACKEND_DESTS = frozenset(
-    {"nsa_prefill_backend", "nsa_decode_backend", "dsa_prefill_backend", "dsa_decode_backend"}
-)
+CUDA_GRAPH_DESTS = CUDA_GRAPH.owned  # the structured knobs' own: tuner.sglang.structured
+BACKEND_DESTS = SPARSE_BACKENDS.owned
 LAUNCHER_DESTS = frozenset({"host", "port"})
 
 
@@ -133,13 +122,12 @@ def sparse_backend_choices(ctx: FlagContext) -> tuple[tuple[str, ...], tuple[str
 
 
 def owner_of(spec: OptionSpec) -> str | None:
-    """Which knob (or the launcher) owns this option's destination, if any."""
+    """Which knob (its param kind for a structured one, or the launcher) owns this option's dest, if any."""
     if spec.dest in MEM_FRACTION_DESTS:
         return "mem-fraction-static"
-    if spec.dest in CUDA_GRAPH_DESTS:
-        return "cuda_graph"
-    if spec.dest in BACKEND_DESTS:
-        return "backend_pair"
+    knob = knob_owning(spec.dest)
+    if knob is not None:
+        return knob.kind
     if spec.dest in LAUNCHER_DESTS:
         return "launcher"
     return None

@@ -19,6 +19,7 @@ from tuner.sglang.knobs import (
     takes_list,
     unknown_flag_message,
 )
+from tuner.sglang.structured import STRUCTURED
 from tuner.space.params import (
     PARAM_NAME,
     RESERVED_NAMES,
@@ -42,8 +43,9 @@ _KIND_KEYS = {
     ParamKind.BACKEND_PAIR: ("name", "kind", "choices", "when"),
     ParamKind.CUDA_GRAPH: ("name", "kind", "choices", "when"),
 }
-_DEFAULT_NAMES = {ParamKind.BACKEND_PAIR: "sparse_backends", ParamKind.CUDA_GRAPH: "cuda_graph"}
-_TARGETS = {ParamKind.BACKEND_PAIR: Target.BACKEND_PAIR, ParamKind.CUDA_GRAPH: Target.CUDA_GRAPH}
+# A structured knob's kind -> its default param name and Target (tuner.sglang.structured).
+_DEFAULT_NAMES = {ParamKind(k.kind): k.name for k in STRUCTURED}
+_TARGETS = {ParamKind(k.kind): Target(k.name) for k in STRUCTURED}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

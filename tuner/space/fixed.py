@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from tuner.config import FlagValue
 from tuner.sglang.knobs import FlagContext, check_value, find_flag, owner_of, unknown_flag_message
+from tuner.sglang.structured import STRUCTURED
 from tuner.space.params import Param, Target, fixed_value_problem
 from tuner.space.source import Section, show
 
@@ -88,8 +89,7 @@ def parse_fixed_flags(
             )
         owner_target = {
             "mem-fraction-static": Target.MEM_FRACTION,
-            "cuda_graph": Target.CUDA_GRAPH,
-            "backend_pair": Target.BACKEND_PAIR,
+            **{k.kind: Target(k.name) for k in STRUCTURED},
         }.get(owner or "")
         if owner_target is not None and owner_target.value in knob_owners:
             raise sec.error(

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from tuner.config import CudaGraph
+from tuner.sglang.structured import CUDA_GRAPH
 
 PARAM_NAME = r"[A-Za-z][A-Za-z0-9_.-]*"
 RESERVED_NAMES = frozenset({"reason"})
@@ -170,8 +171,8 @@ POSITIVE_DESTS = frozenset(
         *("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "expert_parallel_size"),
     }
 )
-_BS_DESTS = frozenset({"cuda_graph_bs", "cuda_graph_bs_decode"})
-_MAX_BS_DESTS = frozenset({"cuda_graph_max_bs", "cuda_graph_max_bs_decode"})
+_BS_DESTS = frozenset(CUDA_GRAPH.dests["bs"])
+_MAX_BS_DESTS = frozenset(CUDA_GRAPH.dests["max_bs"])
 
 
 def fixed_value_problem(dest: str, value: object) -> str | None:
