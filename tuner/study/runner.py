@@ -270,7 +270,8 @@ class StudyRunner:
         t0 = time.monotonic()
         label = f"trial-{trial.number:04d}"
         with Heartbeat(self.study, trial):
-            config, params = suggest(self.space, trial)
+            enqueued = self.study.get_trials(deepcopy=False)[trial.number].system_attrs.get("fixed_params")
+            config, params = suggest(self.space, trial, fixed=enqueued)
             prepared = prepare_launch(config, ctx, label=label)
             chash = key_of(prepared)
             with INTERRUPTS.deferred():
