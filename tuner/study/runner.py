@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 import warnings
@@ -35,7 +36,7 @@ from tuner.space.sampling import sampler_params
 from tuner.store.health import StoreWatch
 from tuner.store.preflight import check_database
 from tuner.store.sql import SqlStore
-from tuner.study import finalists
+from tuner.study import fill, finalists
 from tuner.study.backoff import InfraBackoff
 from tuner.study.claims import claim_launch
 from tuner.study.durable import finish_recorded, store_guard
@@ -193,11 +194,9 @@ class StudyRunner:
                     interrupted = True
                     break
                 self.backoff.after(outcome, self._last_failure)  # infrastructure faults: pause, cap
-                if idle >= self.space.search.max_pruned_asks:
-                    exhausted = (
-                        f"the last {idle} suggestions were all covered by failure rules, the memory model or "
-                        "earlier launches: the space has nothing new to launch (see `status` for the rules)"
-                    )
+                left = self._fill_in() if idle and idle % fill.FILL_IN_AFTER == 0 else None
+                if left is not None and (left.total is not None or idle >= self.space.search.max_pruned_asks):
+                    exhausted = fill.exhausted(idle, left)
                     log.warning("%s", exhausted)
                     break
             done, _ = self._counts()
@@ -239,6 +238,24 @@ class StudyRunner:
             if self.hooks.on_start is not None:
                 self.hooks.on_start(trial.number, done)
             return trial
+
+    def _fill_in(self) -> fill.Left | None:
+        """Enqueue an untried configuration no rule covers (the sampler keeps re-suggesting measured
+        ones); None when one was enqueued, else what is left of the space."""
+        with INTERRUPTS.deferred(), ask_lock(self.lock):
+            trials = self.study.get_trials(deepcopy=False)
+            if any(t.state is TrialState.WAITING for t in trials):
+                return None  # an enqueued trial is still to be asked
+            policy = policy_for(self.space, self._policy_evidence())
+            rng = random.Random(sampler_seed(self.space.sampler.seed, f"{self.host}|fill-in", len(trials)))
+            asked = fill.asked_configs(self.space, trials)
+            params, left = fill.untried(self.space, asked, lambda c: policy.decide(c).launch, rng)
+            if params is None:
+                return left
+            self.study.enqueue_trial(sampler_params(self.space, params), user_attrs={"fill_in": True})
+            log.info("the sampler keeps suggesting measured configurations: an untried one is next (%s)",
+                     left.describe())  # fmt: skip
+            return None
 
     def _finalist_job(self, done: int, running: int) -> finalists.FinalistJob | None:
         """With only the finalists' launches left in the budget, the next repeat to run (claimed)."""
