@@ -57,7 +57,8 @@ def forbidden(scenarios: list[str], seeds: int, budget: int) -> None:
             reused.append(float(run.extra["reused"]))
             pruned.append(float(by["failure rules"]))
         all_rates += rates
-        print(f"{name:22} {_spread(asks):>16} {_spread(rates):>22} {_spread(reused):>14} {_spread(pruned):>16}")
+        row = f"{_spread(asks):>16} {_spread(rates):>22} {_spread(reused):>14} {_spread(pruned):>16}"
+        print(f"{name:22} {row}")
     print(f"all: forbidden asks per 100 asks, median {_spread(all_rates)} over {len(all_rates)} runs")
 
 
@@ -87,7 +88,8 @@ def long(scenario: str, seeds: int, budget: int, step: float) -> None:
             run = run_tuner(w, seed, budget)
             wall = time.monotonic() - t0
             print(
-                f"  seed {seed}: {len(run.steps)} launches ({sum(s.repeat for s in run.steps)} re-measurements) "
+                f"  seed {seed}: {len(run.steps)} launches "
+                f"({sum(s.repeat for s in run.steps)} re-measurements) "
                 f"in {run.asks} asks, {run.extra['reused']} reused, {run.extra['pruned']} pruned, "
                 f"{wall:.0f} s"
                 + (f"; stopped: {run.note}" if run.note else "")
