@@ -38,10 +38,14 @@ def test_the_untried_configuration_is_the_one_never_asked() -> None:
 def test_nothing_left_counts_what_was_asked_and_what_the_rules_cover() -> None:
     configs = every_config(SPACE)
     asked = configs[:100]
-    params, left = fill.untried(SPACE, asked, lambda c: c.sparse_prefill_backend != "fa3", random.Random(1))
-    assert params is not None and config_from_params(SPACE, params).sparse_prefill_backend != "fa3"
-    rest = [c for c in configs[100:] if c.sparse_prefill_backend != "fa3"]
-    params, left = fill.untried(SPACE, asked + rest, lambda c: c.sparse_prefill_backend != "fa3", random.Random(1))
+
+    def runs(c: TrialConfig) -> bool:
+        return c.sparse_prefill_backend != "fa3"
+
+    params, left = fill.untried(SPACE, asked, runs, random.Random(1))
+    assert params is not None and runs(config_from_params(SPACE, params))
+    rest = [c for c in configs[100:] if runs(c)]
+    params, left = fill.untried(SPACE, asked + rest, runs, random.Random(1))
     assert params is None and left.untried == 0 and left.asked == 100 + len(rest)
     assert left.ruled_out == 180 - left.asked and left.total == 180
     assert "180 configurations" in left.describe() and "0 are left" in left.describe()
@@ -77,7 +81,7 @@ class Stuck(optuna.samplers.BaseSampler):
         return distribution.low
 
 
-def test_a_study_whose_sampler_repeats_itself_still_spends_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_study_whose_sampler_repeats_itself_spends_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from search_strategies import run_tuner
     from search_world import world
