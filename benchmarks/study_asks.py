@@ -96,28 +96,48 @@ def long(scenario: str, seeds: int, budget: int, step: float) -> None:
             )
 
 
-def timing() -> None:
+def timing(step: float) -> None:
     import random
 
-    from search_world import world
+    from search_world import World
 
     from tuner.search.policy import build_policy
     from tuner.search.rules import derive_rules
 
-    w = world("glm5-nvfp4-b200-tp4")
+    with tempfile.TemporaryDirectory() as tmp:
+        w = World(_fine_space("glm5-nvfp4-b200-tp4", step, Path(tmp)))
     rng = random.Random(1)
+    print(f"glm5-nvfp4-b200-tp4, fraction step {step}: {len(w.points)} configurations")
     for n in (50, 200):
         points = [rng.choice(w.points) for _ in range(n)]
-        evidence = [w.evidence(i, w.config(p.params), w.shot(p.params)) for i, p in enumerate(points)]
-        reps = 5
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            policy = build_policy(evidence)
-            for p in points[:20]:
-                policy.decide(w.config(p.params))
-        per_ask = (time.perf_counter() - t0) / reps
-        print(f"{n} launches of evidence: {len(derive_rules(evidence))} rules; build + 20 decisions "
-              f"{per_ask * 1000:.1f} ms (median of one figure over {reps} repetitions)")  # fmt: skip
+        evidence = [w.evidence(i, w.config(p), w.shot(p)) for i, p in enumerate(points)]
+        per_ask = []
+        for p in points[:30]:  # one ask: the policy from every launch so far, then one decision
+            t0 = time.perf_counter()
+            build_policy(evidence).decide(w.config(p))
+            per_ask.append((time.perf_counter() - t0) * 1000)
+        fills = []
+        for seed in range(3):  # one fill-in: every configuration judged (a release without fill-ins: -)
+            t0 = time.perf_counter()
+            if not _fill_in_once(w, evidence, random.Random(seed)):
+                break
+            fills.append((time.perf_counter() - t0) * 1000)
+        print(
+            f"  {n} launches of evidence, {len(derive_rules(evidence))} rules: rules + memory model + decision "
+            f"per ask {_spread(per_ask)} ms (30 asks); one fill-in {_spread(fills)} ms (3 runs)"
+        )
+
+
+def _fill_in_once(w: object, evidence: list[object], rng: object) -> bool:
+    from tuner.search.policy import build_policy
+
+    try:
+        from tuner.study import fill
+    except ImportError:
+        return False
+    policy = build_policy(evidence)  # type: ignore[arg-type]
+    fill.untried(w.space, [], lambda c: policy.decide(c).launch, rng)  # type: ignore[attr-defined,arg-type]
+    return True
 
 
 def main() -> None:
@@ -137,7 +157,7 @@ def main() -> None:
     elif args.what == "long":
         long((args.scenario or ["glm5-nvfp4-b200-tp4"])[0], args.seeds, args.long_budget, args.step)
     else:
-        timing()
+        timing(args.step)
 
 
 if __name__ == "__main__":

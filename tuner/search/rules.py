@@ -92,27 +92,30 @@ class Rule:
             if k.graphs != self.graphs:
                 return False
             return not self.graphs or self.graph_max_bs is None or _bs_at_least(k, self.graph_max_bs)
-        if k.kv_dtype != self.kv_dtype or not self._others_match(k):
-            return False
-        if k.fraction is None or self.fraction is None:
+        if k.kv_dtype != self.kv_dtype or k.fraction is None or self.fraction is None:
             return False
         if self.kind is RuleKind.TOO_LITTLE:
-            return k.fraction <= self.fraction
+            return k.fraction <= self.fraction and self._others_match(k)
         if k.fraction < self.fraction:
             return False
         if self.kind is RuleKind.OOM_CAPTURE:
             if not k.graphs:
                 return False
-            if self.graph_max_bs is None:
-                return k.graph_key == "default"
-            return _bs_at_least(k, self.graph_max_bs)
-        if self.kind is RuleKind.OOM_SERVING:
-            return k.graph_key == self.graph_key
-        return True  # OOM_LOAD
+            if self.graph_max_bs is None and k.graph_key != "default":
+                return False
+            if self.graph_max_bs is not None and not _bs_at_least(k, self.graph_max_bs):
+                return False
+        elif self.kind is RuleKind.OOM_SERVING and k.graph_key != self.graph_key:
+            return False
+        return self._others_match(k)  # checked last: the costliest test
 
     def _others_match(self, k: Knobs) -> bool:
         """The flags the rule holds equal are equal; those it bounds are at least its bound."""
+        if k.others == self.others:
+            return True  # every flag equal (bounds included)
         skip = CAPTURE_FREE if self.kind is RuleKind.OOM_CAPTURE else frozenset()
+        if not skip and not self.at_least:
+            return False
         bounds = dict(self.at_least)
         mine = {n: v for n, v in self.others if n not in skip and n not in bounds}
         theirs = {n: v for n, v in k.others if n not in skip and n not in bounds}
@@ -252,18 +255,21 @@ def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
     earlier: list[Evidence] = []
     ordered = sorted(evidence, key=lambda e: e.trial)
     for ev in ordered:
-        kept: list[tuple[Rule, Evidence]] = []
-        for rule, failure in standing:
-            narrow: Rule | None = rule
-            if contradicts(rule, ev):
-                narrow = _fitted(rule, failure, [*earlier, ev])
-            if narrow is not None:
-                kept.append((narrow, failure))
-        standing = kept
-        for made in rules_from(ev):
-            fitted = _fitted(_blame_one(made, ev, ordered), ev, earlier)
-            if fitted is not None and not any(_same(fitted, r) for r, _ in standing):
-                standing.append((fitted, ev))
+        if any(contradicts(rule, ev) for rule, _ in standing):
+            kept: list[tuple[Rule, Evidence]] = []
+            for rule, failure in standing:
+                narrow = _fitted(rule, failure, [*earlier, ev]) if contradicts(rule, ev) else rule
+                if narrow is not None:
+                    kept.append((narrow, failure))
+            standing = kept
+        made = rules_from(ev)
+        if made:
+            scopes = {_scope(r) for r, _ in standing}
+            for rule in made:
+                fitted = _fitted(_blame_one(rule, ev, ordered), ev, earlier)
+                if fitted is not None and _scope(fitted) not in scopes:
+                    standing.append((fitted, ev))
+                    scopes.add(_scope(fitted))
         earlier.append(ev)
     return tuple(r for r, _ in standing)
 
@@ -311,10 +317,6 @@ def _scopes(rule: Rule, ev: Evidence) -> list[Rule]:
 def _scope(r: Rule) -> tuple[object, ...]:
     where = (r.fraction, r.graph_key, r.graph_max_bs, r.others, r.at_least)
     return (r.kind, r.role, r.backend, r.pair, r.kv_dtype, r.graphs, *where)
-
-
-def _same(a: Rule, b: Rule) -> bool:
-    return _scope(a) == _scope(b)
 
 
 def covering(rules: Sequence[Rule], knobs: Knobs) -> Rule | None:
