@@ -6,7 +6,8 @@ result of an effective launch already measured, (c) not launch a suggestion a fa
 the memory model proves bad (tuner.search: told infeasible, recorded `pruned`, not counted in
 the budget), (d) never launch what another worker is running, (e) draw sampler seeds no worker
 or resumed run repeats, (f) spend the last launches of the budget re-measuring the finalists,
-and (g) keep one global launch budget across workers (an exclusive lock around count + ask).
+(g) keep one global launch budget across workers (an exclusive lock around count + ask), and (h)
+enqueue an untried configuration when the sampler keeps suggesting measured ones (tuner/study/fill).
 """
 
 from __future__ import annotations
