@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from tuner.store.sql import SqlStore
 from tuner.study import finalists
-from tuner.study.learn import NOT_LAUNCHED
+from tuner.study.learn import launched as was_launched
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = "tiny-fast-sim-v1"
@@ -197,7 +197,7 @@ class StudyFacts:
         launched = sum(
             1
             for n, s in self.states.items()
-            if s is TrialState.COMPLETE and not any(self.attrs[n].get(k) for k in NOT_LAUNCHED)
+            if s is TrialState.COMPLETE and was_launched(self.attrs[n])
         )
         return launched + self.finalist_repeats
 

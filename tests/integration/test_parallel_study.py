@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from tuner.store.rows import StoredTrial
 from tuner.store.sql import SqlStore
-from tuner.study.learn import NOT_LAUNCHED
+from tuner.study.learn import launched as was_launched
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +105,7 @@ def test_parallel_four_tp2_trials_on_eight_gpus_stop_and_resume(tmp_path: Path) 
     states = [t.state for t in study.trials]
     launched = [
         t for t in study.trials
-        if t.state is TrialState.COMPLETE and not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)
+        if t.state is TrialState.COMPLETE and was_launched(t.user_attrs)
     ]
     assert len(launched) == BUDGET, "the budget is not exact"
     assert TrialState.RUNNING not in states and TrialState.WAITING not in states

@@ -31,7 +31,7 @@ from tuner.store import connect as store_connect
 from tuner.store.lock import AdvisoryLock
 from tuner.store.sql import SqlStore, StoredTrial
 from tuner.study import finalists
-from tuner.study.learn import NOT_LAUNCHED
+from tuner.study.learn import launched as was_launched
 
 pytestmark = pytest.mark.integration
 
@@ -195,7 +195,7 @@ def _launched(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return [
         t
         for t in trials
-        if t.state is TrialState.COMPLETE and not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)
+        if t.state is TrialState.COMPLETE and was_launched(t.user_attrs)
     ]
 
 

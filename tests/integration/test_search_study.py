@@ -19,7 +19,8 @@ from tuner.config import Outcome
 from tuner.search.rules import covering, derive_rules
 from tuner.space import load_space
 from tuner.store.sql import SqlStore
-from tuner.study.learn import NOT_LAUNCHED, evidence_of
+from tuner.study.learn import evidence_of
+from tuner.study.learn import launched as was_launched
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +59,7 @@ def launched(all_trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return [
         t
         for t in all_trials
-        if t.state is TrialState.COMPLETE and not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)
+        if t.state is TrialState.COMPLETE and was_launched(t.user_attrs)
     ]
 
 

@@ -103,12 +103,45 @@ def test_capture_oom_needs_both_the_fraction_and_the_graph_size() -> None:
 
 
 def test_memory_rules_hold_other_flags_equal() -> None:
-    rules = rules_from(ev(0, config(f=0.9, chunked_prefill_size=16384), Outcome.OOM, stage="serving"))
+    rules = rules_from(ev(0, config(f=0.9, chunked_prefill_size=16384), Outcome.OOM, stage="load"))
     assert covered(rules, config(f=0.95, chunked_prefill_size=16384))
     assert not covered(rules, config(f=0.95, chunked_prefill_size=4096))
     assert covered(
         rules, config(f=0.95, pair=("fa3", "fa3"), chunked_prefill_size=16384)
     )  # backends: neutral
+    assert not covered(rules, config(f=0.95, chunked_prefill_size=16384, dp_size=2))
+
+
+def test_oom_under_load_is_monotone_in_fraction_chunk_size_and_running_requests() -> None:
+    failed = config(f=0.86, graphs=64, chunked_prefill_size=8192, max_running_requests=128)
+    (rule,) = rules_from(ev(0, failed, Outcome.OOM, stage="serving"))
+    assert "chunked-prefill-size >= 8192" in rule.describe()
+    for f, chunk, running in ((0.86, 8192, 128), (0.9, 16384, 128), (0.88, 8192, 256), (0.9, -1, 512)):
+        inside = config(f=f, graphs=64, chunked_prefill_size=chunk, max_running_requests=running)
+        assert covered((rule,), inside)
+    for f, chunk, running in ((0.84, 16384, 256), (0.9, 4096, 128), (0.9, 16384, 64)):
+        assert not covered(
+            (rule,), config(f=f, graphs=64, chunked_prefill_size=chunk, max_running_requests=running)
+        )
+    assert not covered((rule,), config(f=0.9, chunked_prefill_size=16384, max_running_requests=128))  # graphs
+    passed = ev(1, config(f=0.9, graphs=64, chunked_prefill_size=16384, max_running_requests=128), Outcome.OK)
+    assert derive_rules([ev(0, failed, Outcome.OOM, stage="serving"), passed]) == ()  # contradicted: dropped
+
+
+def test_oom_under_load_without_a_chunk_knob_holds_the_other_flags_equal() -> None:
+    (rule,) = rules_from(ev(0, config(f=0.9, dp_size=2), Outcome.OOM, stage="serving"))
+    assert rule.at_least == () and covered((rule,), config(f=0.95, dp_size=2))
+    assert not covered((rule,), config(f=0.95, dp_size=4)) and not covered((rule,), config(f=0.95))
+
+
+def test_capture_oom_holds_for_every_chunk_size() -> None:
+    failed = config(f=0.9, graphs=64, chunked_prefill_size=16384)
+    (rule,) = rules_from(ev(0, failed, Outcome.OOM, stage="capture"))
+    for chunk in (2048, 8192, 16384, -1):
+        assert covered((rule,), config(f=0.92, graphs=128, chunked_prefill_size=chunk))
+    assert not covered((rule,), config(f=0.92, graphs=32, chunked_prefill_size=2048))  # smaller graphs
+    assert not covered((rule,), config(f=0.92, graphs=128, chunked_prefill_size=2048, dp_size=2))
+    assert not covered((rule,), config(f=0.92, graphs=128, kv="bfloat16"))  # KV dtype: held equal
 
 
 def test_failures_that_prove_nothing_about_knobs_make_no_rule() -> None:
@@ -169,6 +202,43 @@ def test_a_failure_an_earlier_launch_contradicts_makes_no_rule() -> None:
     oom = ev(2, config(f=0.9), Outcome.OOM, stage="load")  # f >= 0.9 would cover the launch that passed
     assert derive_rules([ok, oom]) == ()
     both = ev(3, config(f=0.9, graphs=64, pair=("x", "y")), Outcome.NAN)
-    passed_on = ev(1, config(f=0.9, graphs=32, pair=("x", "y")), Outcome.OK)
+    passed_on = ev(1, config(f=0.9, graphs=64, pair=("x", "y")), Outcome.OK)
     passed_off = ev(2, config(f=0.9, pair=("x", "y")), Outcome.OK)
-    assert derive_rules([passed_on, passed_off, both]) == ()  # neither graph setting is broken throughout
+    assert derive_rules([passed_on, passed_off, both]) == ()  # it passed at the very graph size that failed
+
+
+def test_nan_only_in_larger_graphs_is_ruled_out_from_the_failing_max_bs_up() -> None:
+    pair, kv = ("flashmla_sparse", "flashmla_kv"), "fp8_e4m3"
+    passed = ev(1, config(f=0.85, graphs=8, pair=pair, kv=kv), Outcome.OK)
+    nan = ev(2, config(f=0.85, graphs=32, pair=pair, kv=kv), Outcome.NAN)
+    (rule,) = derive_rules([passed, nan])
+    assert (rule.graphs, rule.graph_max_bs) == (True, 32) and "max bs >= 32" in rule.describe()
+    for bs in (32, 64, 256):
+        assert covered((rule,), config(f=0.7, graphs=bs, pair=pair, kv=kv))
+    for bs in (8, 16):
+        assert not covered((rule,), config(f=0.7, graphs=bs, pair=pair, kv=kv))
+    assert not covered((rule,), config(f=0.7, pair=pair, kv=kv))  # graphs off
+    assert not covered((rule,), config(f=0.7, graphs=64, pair=pair, kv="bfloat16"))  # other KV dtype
+    assert not covered((rule,), config(f=0.7, graphs=64, pair=("trtllm", "flashmla_kv"), kv=kv))
+
+
+def test_a_pass_inside_a_pair_rule_narrows_it_instead_of_dropping_it() -> None:
+    pair = ("x", "y")
+    nan = ev(1, config(graphs=32, pair=pair), Outcome.NAN)
+    off = ev(2, config(pair=pair), Outcome.OK)  # the pair is fine without graphs
+    small = ev(3, config(graphs=8, pair=pair), Outcome.OK)  # and with small graphs
+    (rule,) = derive_rules([nan, off])
+    assert (rule.graphs, rule.graph_max_bs) == (True, None)
+    (rule,) = derive_rules([nan, off, small])
+    assert (rule.graphs, rule.graph_max_bs) == (True, 32) and rule.evidence == 1
+    big = ev(4, config(graphs=64, pair=pair), Outcome.OK)  # a larger size passes: not monotone, dropped
+    assert derive_rules([nan, off, small, big]) == ()
+
+
+def test_nan_with_graphs_off_stays_on_the_graph_setting() -> None:
+    pair = ("x", "y")
+    on = ev(1, config(graphs=32, pair=pair), Outcome.OK)
+    nan = ev(2, config(pair=pair), Outcome.NAN)
+    (rule,) = derive_rules([on, nan])
+    assert (rule.graphs, rule.graph_max_bs) == (False, None)
+    assert covered((rule,), config(f=0.6, pair=pair)) and not covered((rule,), config(graphs=64, pair=pair))

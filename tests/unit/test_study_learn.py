@@ -94,3 +94,19 @@ def test_per_role_sampling_round_trips_through_optuna() -> None:
     config, params = suggest(SPACE, t)
     assert params["sparse_backends"] == "trtllm/trtllm" and config.sparse_decode_backend == "trtllm"
     assert joined_params(SPACE, t.params) == dict(SPACE.baselines[0])
+
+
+def test_a_reuse_of_trial_0_launched_nothing_and_counts_as_no_launch() -> None:
+    from tuner.study.learn import launched, measured_before
+
+    original = trial(0, (10.0, 100.0), cfg_hash="k")
+    reuse = trial(1, (10.0, 100.0), cfg_hash="k", dedup_of=0)
+    pruned = trial(2, (0.0, 0.0), feasible=False, pruned=True, forbidden=False, dedup_of=None)
+    assert launched(original.user_attrs)
+    assert not launched(reuse.user_attrs) and not launched(pruned.user_attrs)
+    assert evidence_of(SPACE, reuse) is None
+    assert finalists.pick_finalists([original, reuse], ("maximize", "maximize"), 2) == [0]
+    assert measured_before([reuse, original], "k", exclude=5) is original
+    assert measured_before([reuse], "k", exclude=5) is None
+    # the budget: 1 launch finished + 2 finalist repeats; the reuse and the pruned ask are not launches
+    assert finalists.launch_counts([original, reuse, pruned], {"0": 2}) == (3, 0)

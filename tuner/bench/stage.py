@@ -92,8 +92,16 @@ class Stage:
                     task.cancel()
 
     async def race(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await coro unless the stage is aborted first (then cancel it and raise Aborted)."""
-        self.check()
+        """Await coro unless the stage is aborted first (then cancel it and raise Aborted).
+
+        Aborted before it starts (the server died already), the coroutine is closed unrun: a coroutine
+        object never awaited would be reported as such when it is collected.
+        """
+        try:
+            self.check()
+        except Aborted:
+            coro.close()
+            raise
         task = asyncio.ensure_future(coro)
         waiter = asyncio.ensure_future(self.aborted.wait())
         try:

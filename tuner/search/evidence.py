@@ -21,6 +21,8 @@ BACKEND_FLAGS: Mapping[str, tuple[str, ...]] = {
     "decode-attention-backend": (DECODE,),
 }
 KV_DTYPE_FLAG = "kv-cache-dtype"
+CHUNK_FLAG = "chunked-prefill-size"  # the prefill chunk, in tokens (-1: no chunking)
+RUNNING_FLAG = "max-running-requests"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -4,18 +4,30 @@
 |-------------------------------------|---------------------------------------------------------------|
 | unsupported, naming a backend       | every configuration using that backend in that role           |
 | unsupported, naming none            | that backend pair                                             |
-| NaN / garbage / wrong answer (gate) | that backend pair with the same KV dtype (and CUDA graphs on   |
-|                                     | or off as in the failure, when the pair passed with the other) |
-| OOM at load                         | fraction ≥ f (other memory knobs equal)                       |
-| OOM at capture, graphs max bs g     | fraction ≥ f with graphs on and max bs ≥ g                    |
-| OOM under load                      | fraction ≥ f with the same graph setting                      |
-| not enough memory for the KV cache  | fraction ≤ f                                                  |
+| NaN / garbage / wrong answer (gate) | that backend pair with the same KV dtype; narrowed by launches |
+|                                     | of the pair that passed: to the failure's CUDA-graph setting   |
+|                                     | (on or off), then to graphs on with max bs >= the failure's    |
+| OOM at load                         | fraction >= f (other memory knobs equal)                      |
+| OOM at capture, graphs max bs g     | fraction >= f with graphs on and max bs >= g, any chunked-     |
+|                                     | prefill size                                                  |
+| OOM under load                      | fraction >= f, chunked-prefill size >= c and max running       |
+|                                     | requests >= r (where the launch set them), same graph setting |
+| not enough memory for the KV cache  | fraction <= f                                                 |
+
+Why these scopes (what the failure proves, from how SGLang uses the knobs): the fraction sizes the
+weights plus KV pool at load; what is left is for CUDA graphs and activations. Capturing the decode
+graphs needs memory that grows with the largest captured batch, and happens before any request:
+the prefill chunk size plays no part, so a capture OOM holds for every chunk size. Under load, the
+activations of a prefill chunk grow with the chunk size and the batch with max running requests:
+an OOM there holds for larger chunks and more running requests too. NaN that only the captured
+graphs show grows with the batch sizes captured: a pair that passed with graphs at max bs 8 and
+gave NaN at max bs 32 is ruled out with graphs at max bs >= 32, never below a size that passed.
 
 "Other memory knobs equal": the KV dtype and every flag the rules know nothing about; the
 attention backends count as memory-neutral. A rule is dropped once a launch it covers gets
-past the point where the rule said it would fail (it was wrong), and is not made when an earlier
-launch already did; a broken pair that passed earlier with CUDA graphs switched the other way
-is narrowed to the failure's graph setting instead (a NaN only captured graphs show).
+past the point where the rule said it would fail (it was wrong), or narrowed where a narrower
+scope (a broken pair's graph setting or graph size) is not contradicted; it is not made when an
+earlier launch contradicts every scope it could have.
 """
 
 from __future__ import annotations
@@ -25,7 +37,12 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from tuner.config import Outcome
-from tuner.search.evidence import DECODE, GATE_OUTCOMES, PREFILL, Evidence, Knobs
+from tuner.search.evidence import CHUNK_FLAG, DECODE, GATE_OUTCOMES, PREFILL, RUNNING_FLAG, Evidence, Knobs
+
+# Flags a capture OOM says nothing about (capture happens before any prefill chunk is scheduled).
+CAPTURE_FREE = frozenset({CHUNK_FLAG})
+# Flags an OOM under load is monotone in, upward (bigger prefill chunks, more requests at once).
+LOAD_MONOTONE = (CHUNK_FLAG, RUNNING_FLAG)
 
 
 class RuleKind(str, Enum):
@@ -56,8 +73,9 @@ class Rule:
     graphs: bool | None = None  # PAIR: only with CUDA graphs on (True) or off (False); None: either
     fraction: float | None = None  # memory rules
     graph_key: str | None = None  # OOM_SERVING
-    graph_max_bs: int | None = None  # OOM_CAPTURE (None: any size with graphs on)
+    graph_max_bs: int | None = None  # OOM_CAPTURE, PAIR with graphs on: max bs >= this (None: any size)
     others: tuple[tuple[str, object], ...] = ()  # memory rules: the other flags held equal
+    at_least: tuple[tuple[str, float], ...] = ()  # memory rules: flags covered at this value and above
 
     def covers(self, k: Knobs) -> bool:
         """True when a launch of these knobs would fail as this rule's evidence did."""
@@ -67,25 +85,44 @@ class Rule:
         if self.kind is RuleKind.PAIR_UNSUPPORTED:
             return (k.prefill, k.decode) == self.pair
         if self.kind is RuleKind.PAIR:
-            same_graphs = self.graphs is None or k.graphs == self.graphs
-            return (k.prefill, k.decode) == self.pair and k.kv_dtype == self.kv_dtype and same_graphs
-        if k.kv_dtype != self.kv_dtype or k.others != self.others:
-            return False
-        if k.fraction is None or self.fraction is None:
+            if (k.prefill, k.decode) != self.pair or k.kv_dtype != self.kv_dtype:
+                return False
+            if self.graphs is None:
+                return True
+            if k.graphs != self.graphs:
+                return False
+            return not self.graphs or self.graph_max_bs is None or _bs_at_least(k, self.graph_max_bs)
+        if k.kv_dtype != self.kv_dtype or k.fraction is None or self.fraction is None:
             return False
         if self.kind is RuleKind.TOO_LITTLE:
-            return k.fraction <= self.fraction
+            return k.fraction <= self.fraction and self._others_match(k)
         if k.fraction < self.fraction:
             return False
         if self.kind is RuleKind.OOM_CAPTURE:
             if not k.graphs:
                 return False
-            if self.graph_max_bs is None or k.graph_max_bs is None:
-                return k.graph_key == ("default" if self.graph_max_bs is None else f"max:{self.graph_max_bs}")
-            return k.graph_max_bs >= self.graph_max_bs
-        if self.kind is RuleKind.OOM_SERVING:
-            return k.graph_key == self.graph_key
-        return True  # OOM_LOAD
+            if self.graph_max_bs is None and k.graph_key != "default":
+                return False
+            if self.graph_max_bs is not None and not _bs_at_least(k, self.graph_max_bs):
+                return False
+        elif self.kind is RuleKind.OOM_SERVING and k.graph_key != self.graph_key:
+            return False
+        return self._others_match(k)  # checked last: the costliest test
+
+    def _others_match(self, k: Knobs) -> bool:
+        """The flags the rule holds equal are equal; those it bounds are at least its bound."""
+        if k.others == self.others:
+            return True  # every flag equal (bounds included)
+        skip = CAPTURE_FREE if self.kind is RuleKind.OOM_CAPTURE else frozenset()
+        if not skip and not self.at_least:
+            return False
+        bounds = dict(self.at_least)
+        mine = {n: v for n, v in self.others if n not in skip and n not in bounds}
+        theirs = {n: v for n, v in k.others if n not in skip and n not in bounds}
+        if mine != theirs:
+            return False
+        values = dict(k.others)
+        return all((v := _size(values.get(n))) is not None and v >= b for n, b in bounds.items())
 
     def describe(self) -> str:
         """One line: the region and the evidence."""
@@ -97,6 +134,8 @@ class Rule:
             region = f"backends {self.pair[0]}/{self.pair[1]}{kv}"
             if self.graphs is not None and self.kind is RuleKind.PAIR:
                 region += f" with CUDA graphs {'on' if self.graphs else 'off'}"
+                if self.graphs and self.graph_max_bs is not None:
+                    region += f" of max bs >= {self.graph_max_bs}"
         else:
             op = "<=" if self.kind is RuleKind.TOO_LITTLE else ">="
             region = f"mem-fraction-static {op} {self.fraction:g}"
@@ -106,6 +145,7 @@ class Rule:
                 )
             elif self.kind is RuleKind.OOM_SERVING:
                 region += f" with graphs {self.graph_key}"
+            region += "".join(f", {n} >= {b:g}" for n, b in self.at_least)
         return f"{region}: {self.outcome.value} (trial {self.evidence}: {self.line[:160]})"
 
 
@@ -141,14 +181,34 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
     kind_of = _memory_kind(ev)
     if kind_of is None or k.fraction is None:
         return ()
+    at_least: tuple[tuple[str, float], ...] = ()
+    if kind_of is RuleKind.OOM_SERVING:
+        values = dict(k.others)
+        at_least = tuple((n, v) for n in LOAD_MONOTONE if (v := _size(values.get(n))) is not None)
     return (
         Rule(
-            kind=kind_of, fraction=k.fraction, kv_dtype=k.kv_dtype, others=k.others,
+            kind=kind_of, fraction=k.fraction, kv_dtype=k.kv_dtype, others=k.others, at_least=at_least,
             graph_key=k.graph_key if kind_of is RuleKind.OOM_SERVING else None,
             graph_max_bs=k.graph_max_bs if kind_of is RuleKind.OOM_CAPTURE else None,
             evidence=ev.trial, line=line, outcome=ev.outcome, confidence=1.0,
         ),
     )  # fmt: skip
+
+
+def _size(value: object) -> float | None:
+    """A size flag's value as a number to compare (-1, SGLang's "no limit", as the largest)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return float("inf") if number == -1 else number
+
+
+def _bs_at_least(k: Knobs, bound: int) -> bool:
+    """Graphs on with a known largest captured batch of at least `bound`."""
+    return k.graphs and k.graph_max_bs is not None and k.graph_max_bs >= bound
 
 
 def _memory_kind(ev: Evidence) -> RuleKind | None:
@@ -185,22 +245,33 @@ def contradicts(rule: Rule, ev: Evidence) -> bool:
 
 
 def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
-    """The rules standing after every launch, in trial order: added by failures, dropped by contradictions.
+    """The rules standing after every launch, in trial order: added by failures, narrowed or dropped by
+    contradictions.
 
     An unsupported pair whose log names no backend is blamed on one backend when the launches say
     which: both halves are the same backend, or the other half is proven to run in its role.
     """
-    standing: list[Rule] = []
+    standing: list[tuple[Rule, Evidence]] = []  # each rule with the failure that made it
     earlier: list[Evidence] = []
     ordered = sorted(evidence, key=lambda e: e.trial)
     for ev in ordered:
-        standing = [r for r in standing if not contradicts(r, ev)]
-        for made in rules_from(ev):
-            rule = _fitted(_blame_one(made, ev, ordered), ev, earlier)
-            if rule is not None and not any(_same(rule, r) for r in standing):
-                standing.append(rule)
+        if any(contradicts(rule, ev) for rule, _ in standing):
+            kept: list[tuple[Rule, Evidence]] = []
+            for rule, failure in standing:
+                narrow = _fitted(rule, failure, [*earlier, ev]) if contradicts(rule, ev) else rule
+                if narrow is not None:
+                    kept.append((narrow, failure))
+            standing = kept
+        made = rules_from(ev)
+        if made:
+            scopes = {_scope(r) for r, _ in standing}
+            for rule in made:
+                fitted = _fitted(_blame_one(rule, ev, ordered), ev, earlier)
+                if fitted is not None and _scope(fitted) not in scopes:
+                    standing.append((fitted, ev))
+                    scopes.add(_scope(fitted))
         earlier.append(ev)
-    return tuple(standing)
+    return tuple(r for r, _ in standing)
 
 
 def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
@@ -221,24 +292,31 @@ def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
 
 
 def _fitted(rule: Rule, ev: Evidence, earlier: Sequence[Evidence]) -> Rule | None:
-    """The rule as the earlier launches allow it: a broken pair narrowed to the failure's CUDA-graph
-    setting when the pair passed with the other one; None when an earlier launch contradicts it."""
-    if not any(contradicts(rule, e) for e in earlier):
-        return rule
-    if rule.kind is RuleKind.PAIR and rule.graphs is None:
-        narrowed = replace(rule, graphs=ev.knobs.graphs)
-        if not any(contradicts(narrowed, e) for e in earlier):
-            return narrowed
+    """The widest scope of the rule, no wider than it is, that no earlier launch contradicts; None when
+    every scope is contradicted. Only a broken pair has narrower scopes: the failure's CUDA-graph
+    setting, then (with graphs on) the failure's max batch size and above."""
+    for scope in _scopes(rule, ev):
+        if not any(contradicts(scope, e) for e in earlier):
+            return scope
     return None
 
 
+def _scopes(rule: Rule, ev: Evidence) -> list[Rule]:
+    """The rule and its narrower scopes, widest first."""
+    if rule.kind is not RuleKind.PAIR:
+        return [rule]
+    k = ev.knobs
+    scopes = [replace(rule, graphs=None, graph_max_bs=None)]
+    scopes.append(replace(rule, graphs=k.graphs, graph_max_bs=None))
+    if k.graphs and k.graph_max_bs is not None:
+        scopes.append(replace(rule, graphs=True, graph_max_bs=k.graph_max_bs))
+    keys = [_scope(s) for s in scopes]
+    return scopes[keys.index(_scope(rule)) :] if _scope(rule) in keys else [rule]
+
+
 def _scope(r: Rule) -> tuple[object, ...]:
-    where = (r.fraction, r.graph_key, r.graph_max_bs, r.others)
+    where = (r.fraction, r.graph_key, r.graph_max_bs, r.others, r.at_least)
     return (r.kind, r.role, r.backend, r.pair, r.kv_dtype, r.graphs, *where)
-
-
-def _same(a: Rule, b: Rule) -> bool:
-    return _scope(a) == _scope(b)
 
 
 def covering(rules: Sequence[Rule], knobs: Knobs) -> Rule | None:

@@ -48,8 +48,14 @@ class SearchSpace(Protocol):
     def study_name(self) -> str: ...
 
 
-def suggest(space: SearchSpace, trial: optuna.trial.BaseTrial) -> tuple[TrialConfig, dict[str, object]]:
-    """Ask `trial` for every active param (define-by-run) and build the TrialConfig."""
+def suggest(
+    space: SearchSpace, trial: optuna.trial.BaseTrial, *, fixed: Mapping[str, object] | None = None
+) -> tuple[TrialConfig, dict[str, object]]:
+    """Ask `trial` for every active param (define-by-run) and build the TrialConfig.
+
+    `fixed`: the params the trial was enqueued with, if any (a backend pair enqueued per role by an
+    earlier release is asked per role again, so that the trial is the one enqueued).
+    """
     values: dict[str, Any] = {}
     for p in space.params:
         if not condition_holds(p, values):
@@ -61,7 +67,7 @@ def suggest(space: SearchSpace, trial: optuna.trial.BaseTrial) -> tuple[TrialCon
             else:
                 step = int(p.step or 1)
                 values[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), step=step, log=p.log)
-        elif p.kind is ParamKind.BACKEND_PAIR:
+        elif p.kind is ParamKind.BACKEND_PAIR and _per_role(p.name, fixed or {}):
             prefills, decodes = role_choices(p.choices)
             prefill = trial.suggest_categorical(p.name + PREFILL_KEY, prefills)
             decode = trial.suggest_categorical(p.name + DECODE_KEY, decodes)
@@ -71,9 +77,17 @@ def suggest(space: SearchSpace, trial: optuna.trial.BaseTrial) -> tuple[TrialCon
     return _build(space, values), values
 
 
-# A backend pair is sampled as two categoricals, one per role, so that what a failure teaches about a
-# backend carries over to every pair that uses it; pairs outside the space's choices are not launched.
+# A backend pair is sampled as one categorical over the space's pairs, so every pair asked is one the
+# space allows (what a failure teaches about one backend reaches every pair using it through the
+# failure rules). Earlier releases sampled a pair as two categoricals, one per role (`name.prefill`,
+# `name.decode`), so that some asks were pairs outside the choices; studies they made still resume and
+# warm-start: their params are joined back (`joined_params`), and a trial they enqueued per role is
+# asked per role.
 PREFILL_KEY, DECODE_KEY = ".prefill", ".decode"
+
+
+def _per_role(name: str, fixed: Mapping[str, object]) -> bool:
+    return name + PREFILL_KEY in fixed and name + DECODE_KEY in fixed
 
 
 def role_choices(pairs: Iterable[Any]) -> tuple[list[str], list[str]]:
@@ -90,7 +104,8 @@ def role_choices(pairs: Iterable[Any]) -> tuple[list[str], list[str]]:
 
 
 def joined_params(space: SearchSpace, params: Mapping[str, object]) -> dict[str, object]:
-    """Params as the space names them: a pair sampled per role (`name.prefill`, `name.decode`) joined."""
+    """Params as the space names them: a pair sampled per role (`name.prefill`, `name.decode`, by an
+    earlier release or enqueued by one) joined."""
     out = dict(params)
     for p in space.params:
         if p.kind is not ParamKind.BACKEND_PAIR:
@@ -102,13 +117,9 @@ def joined_params(space: SearchSpace, params: Mapping[str, object]) -> dict[str,
 
 
 def sampler_params(space: SearchSpace, params: Mapping[str, object]) -> dict[str, object]:
-    """Params as the sampler names them (for enqueueing): each backend pair split per role."""
-    out = dict(params)
-    for p in space.params:
-        if p.kind is ParamKind.BACKEND_PAIR and isinstance(out.get(p.name), str):
-            prefill, decode = split_backend_pair(str(out.pop(p.name)))
-            out[p.name + PREFILL_KEY], out[p.name + DECODE_KEY] = prefill, decode
-    return out
+    """Params as the sampler names them (for enqueueing): a pair sampled per role by an earlier release
+    joined into the one pair param the sampler asks for now."""
+    return joined_params(space, params)
 
 
 def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> TrialConfig:

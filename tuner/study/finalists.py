@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.front import ranked
-from tuner.study.learn import NOT_LAUNCHED
+from tuner.study.learn import launched
 
 STATE_ATTR = "finalists"  # study user attr: {trial number: repeats claimed}
 
@@ -35,7 +35,7 @@ def pick_finalists(trials: Sequence[FrozenTrial], directions: Sequence[str], cou
         for t in trials
         if t.state is TrialState.COMPLETE
         and t.user_attrs.get("feasible")
-        and not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)
+        and launched(t.user_attrs)
         and t.values is not None
     }
     return ranked(feasible, directions)[:count]
@@ -62,3 +62,12 @@ def affordable(count: int, repeats: int, budget: int) -> int:
 def claimed(state: Mapping[str, int]) -> int:
     """Finalist launches claimed so far."""
     return sum(state.values())
+
+
+def launch_counts(trials: Sequence[FrozenTrial], state: Mapping[str, int]) -> tuple[int, int]:
+    """Launches finished and running as the budget counts them: trials that launched a server (not
+    pruned, forbidden or reused, whichever trial they reuse) plus the finalists' repeats claimed."""
+    live = (TrialState.COMPLETE, TrialState.RUNNING)
+    ran = [t for t in trials if t.state in live and launched(t.user_attrs)]
+    done = sum(1 for t in ran if t.state is TrialState.COMPLETE)
+    return done + claimed(state), len(ran) - done

@@ -10,7 +10,7 @@ warm start.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -24,6 +24,15 @@ from tuner.space.loader import SearchSpace, config_from_params
 
 PRUNED = "pruned"  # user attr: the trial was told infeasible without a launch
 NOT_LAUNCHED = ("pruned", "dedup_of", "forbidden", "duplicate_running")
+
+
+def launched(attrs: Mapping[str, object]) -> bool:
+    """True unless a marker says the trial launched nothing (told pruned, forbidden or reused).
+
+    A marker counts when it is set to anything but None or False: `dedup_of` holds the number of
+    the trial whose result was reused, and trial 0 is a reuse target like any other.
+    """
+    return not any(attrs.get(k) is not None and attrs.get(k) is not False for k in NOT_LAUNCHED)
 
 
 def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
@@ -46,7 +55,7 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
 def evidence_of(space: SearchSpace, trial: FrozenTrial) -> Evidence | None:
     """What a finished, launched trial proved; None for trials that launched nothing or say nothing."""
     attrs = trial.user_attrs
-    if trial.state is not TrialState.COMPLETE or any(attrs.get(k) for k in NOT_LAUNCHED):
+    if trial.state is not TrialState.COMPLETE or not launched(attrs):
         return None
     try:
         outcome = Outcome(attrs.get("failure") or attrs.get("outcome") or "ok")
@@ -107,7 +116,7 @@ def measured_before(trials: Iterable[FrozenTrial], chash: str, *, exclude: int) 
             t.state is TrialState.COMPLETE
             and t.number != exclude
             and attrs.get("cfg_hash") == chash
-            and not any(attrs.get(k) for k in NOT_LAUNCHED)
+            and launched(attrs)
         ):
             return t
     return None

@@ -6,13 +6,15 @@ result of an effective launch already measured, (c) not launch a suggestion a fa
 the memory model proves bad (tuner.search: told infeasible, recorded `pruned`, not counted in
 the budget), (d) never launch what another worker is running, (e) draw sampler seeds no worker
 or resumed run repeats, (f) spend the last launches of the budget re-measuring the finalists,
-and (g) keep one global launch budget across workers (an exclusive lock around count + ask).
+(g) keep one global launch budget across workers (an exclusive lock around count + ask), and (h)
+enqueue an untried configuration when the sampler keeps suggesting measured ones (tuner/study/fill).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 import warnings
@@ -36,12 +38,12 @@ from tuner.space.sampling import sampler_params
 from tuner.store.health import StoreWatch
 from tuner.store.preflight import check_database
 from tuner.store.sql import SqlStore
-from tuner.study import finalists
+from tuner.study import fill, finalists
 from tuner.study.backoff import InfraBackoff
 from tuner.study.claims import claim_launch
 from tuner.study.durable import finish_recorded, store_guard
 from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
-from tuner.study.learn import NOT_LAUNCHED, measured_before, policy_for, sampler_seed, study_evidence
+from tuner.study.learn import measured_before, policy_for, sampler_seed, study_evidence
 from tuner.study.repeat import record_repeat
 from tuner.study.storage import Heartbeat, ask_lock, make_sampler, open_study, record_heartbeat, worker_lock
 from tuner.study.tell import Teller
@@ -152,10 +154,7 @@ class StudyRunner:
     def _counts(self) -> tuple[int, int]:
         """Launches finished (finalist repeats included) and running, as the budget counts them."""
         trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        launched = [t for t in trials if not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)]
-        done = sum(1 for t in launched if t.state is TrialState.COMPLETE)
-        state = self.study.user_attrs.get(finalists.STATE_ATTR) or {}
-        return done + finalists.claimed(state), len(launched) - done
+        return finalists.launch_counts(trials, self.study.user_attrs.get(finalists.STATE_ATTR) or {})
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -198,11 +197,9 @@ class StudyRunner:
                     interrupted = True
                     break
                 self.backoff.after(outcome, self._last_failure)  # infrastructure faults: pause, cap
-                if idle >= self.space.search.max_pruned_asks:
-                    exhausted = (
-                        f"the last {idle} suggestions were all covered by failure rules, the memory model or "
-                        "earlier launches: the space has nothing new to launch (see `status` for the rules)"
-                    )
+                left = self._fill_in() if idle and idle % fill.FILL_IN_AFTER == 0 else None
+                if left is not None and (left.total is not None or idle >= self.space.search.max_pruned_asks):
+                    exhausted = fill.exhausted(idle, left)
                     log.warning("%s", exhausted)
                     break
             done, _ = self._counts()
@@ -245,6 +242,24 @@ class StudyRunner:
                 self.hooks.on_start(trial.number, done)
             return trial
 
+    def _fill_in(self) -> fill.Left | None:
+        """Enqueue an untried configuration no rule covers (the sampler keeps re-suggesting measured
+        ones); None when one was enqueued, else what is left of the space."""
+        with INTERRUPTS.deferred(), ask_lock(self.lock):
+            trials = self.study.get_trials(deepcopy=False)
+            if any(t.state is TrialState.WAITING for t in trials):
+                return None  # an enqueued trial is still to be asked
+            policy = policy_for(self.space, self._policy_evidence())
+            rng = random.Random(sampler_seed(self.space.sampler.seed, f"{self.host}|fill-in", len(trials)))
+            asked = fill.asked_configs(self.space, trials)
+            params, left = fill.untried(self.space, asked, lambda c: policy.decide(c).launch, rng)
+            if params is None:
+                return left
+            self.study.enqueue_trial(sampler_params(self.space, params), user_attrs={"fill_in": True})
+            log.info("the sampler keeps suggesting measured configurations: an untried one is next (%s)",
+                     left.describe())  # fmt: skip
+            return None
+
     def _finalist_job(self, done: int, running: int) -> finalists.FinalistJob | None:
         """With only the finalists' launches left in the budget, the next repeat to run (claimed)."""
         spec = self.space.search.finalists
@@ -275,7 +290,8 @@ class StudyRunner:
         t0 = time.monotonic()
         label = f"trial-{trial.number:04d}"
         with Heartbeat(self.study, trial):
-            config, params = suggest(self.space, trial)
+            enqueued = self.study.get_trials(deepcopy=False)[trial.number].system_attrs.get("fixed_params")
+            config, params = suggest(self.space, trial, fixed=enqueued)
             prepared = prepare_launch(config, ctx, label=label)
             chash = key_of(prepared)
             with INTERRUPTS.deferred():

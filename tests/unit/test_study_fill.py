@@ -1,0 +1,96 @@
+"""Untried configurations: enqueued when the sampler keeps suggesting measured ones; the stop
+message counts what is left."""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from tuner.config import TrialConfig
+from tuner.space import load_space
+from tuner.space.loader import SearchSpace, config_from_params
+from tuner.space.params import ParamKind
+from tuner.study import fill
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = load_space(ROOT / "tests" / "fixtures" / "spaces" / "tiny-failing-sim.yaml")  # 10 x 3 x 6 = 180
+
+
+def every_config(space: SearchSpace) -> list[TrialConfig]:
+    return [config_from_params(space, p) for p in fill._enumerate(space)]
+
+
+def test_the_untried_configuration_is_the_one_never_asked() -> None:
+    configs = every_config(SPACE)
+    assert len(configs) == len(set(configs)) == 180
+    last = configs[97]
+    params, left = fill.untried(SPACE, [c for c in configs if c != last], lambda c: True, random.Random(1))
+    assert params is not None and config_from_params(SPACE, params) == last
+    assert (left.total, left.untried, left.asked, left.ruled_out, left.forbidden) == (180, 1, 179, 0, 0)
+
+
+def test_nothing_left_counts_what_was_asked_and_what_the_rules_cover() -> None:
+    configs = every_config(SPACE)
+    asked = configs[:100]
+
+    def runs(c: TrialConfig) -> bool:
+        return c.sparse_prefill_backend != "fa3"
+
+    params, left = fill.untried(SPACE, asked, runs, random.Random(1))
+    assert params is not None and runs(config_from_params(SPACE, params))
+    rest = [c for c in configs[100:] if runs(c)]
+    params, left = fill.untried(SPACE, asked + rest, runs, random.Random(1))
+    assert params is None and left.untried == 0 and left.asked == 100 + len(rest)
+    assert left.ruled_out == 180 - left.asked and left.total == 180
+    assert "180 configurations" in left.describe() and "0 are left" in left.describe()
+
+
+def test_the_draw_is_seeded_and_spread_over_the_untried() -> None:
+    draws = [fill.untried(SPACE, [], lambda c: True, random.Random(s))[0] for s in range(20)]
+    assert draws[3] == fill.untried(SPACE, [], lambda c: True, random.Random(3))[0]
+    assert len({str(d) for d in draws}) > 15
+
+
+def test_a_continuous_space_is_drawn_from_at_random() -> None:
+    params = [replace(p, step=None) if p.kind is ParamKind.FLOAT else p for p in SPACE.params]
+    space = replace(SPACE, params=tuple(params))
+    found, left = fill.untried(space, [], lambda c: True, random.Random(2))
+    assert found is not None and left.total is None and left.untried == 1
+    found, left = fill.untried(space, [], lambda c: False, random.Random(2))
+    assert found is None and left.ruled_out == fill.DRAWS and "random draws" in left.describe()
+
+
+class Stuck(optuna.samplers.BaseSampler):
+    """A sampler that suggests the same configuration on every ask (the stall, at its worst)."""
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: Any, trial: Any, search_space: Any) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            return distribution.choices[0]
+        return distribution.low
+
+
+def test_a_study_whose_sampler_repeats_itself_spends_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from search_strategies import run_tuner
+    from search_world import world
+
+    import tuner.study.runner as runner
+
+    monkeypatch.setattr(runner, "make_sampler", lambda space, seed=None: Stuck())
+    w = world("tiny-fast")
+    run = run_tuner(w, 1, 4, finalists=False)
+    assert len(run.steps) == 4 and run.note == ""  # the budget, though the sampler repeats itself
+    assert run.extra["reused"] >= fill.FILL_IN_AFTER  # the repeats were reused, not launched
+    assert len({s.shot.key for s in run.steps}) == 4  # no launch twice
