@@ -80,7 +80,14 @@ def noise_rng(world: World, seed: int, strategy: str) -> random.Random:
 
 
 def run_tuner(
-    world: World, seed: int, budget: int, *, finalists: bool = True, db_dir: Path | None = None
+    world: World,
+    seed: int,
+    budget: int,
+    *,
+    finalists: bool = True,
+    db_dir: Path | None = None,
+    kind: str = "structured",
+    label: str = "tuner",
 ) -> Run:
     """The real StudyRunner on a temporary SQLite file; every launch answered by the oracle.
 
@@ -113,7 +120,7 @@ def run_tuner(
             world.space,
             name=f"bench-{world.name}-{seed}",
             log_dir=Path(tmp),
-            sampler=world.space.sampler.model_copy(update={"seed": seed}),
+            sampler=world.space.sampler.model_copy(update={"seed": seed, "kind": kind}),
         )
         if not finalists:
             search = world.space.search
@@ -127,7 +134,7 @@ def run_tuner(
         by["failure rules"] = len(why) - sum(by.values())
         reused = sum(1 for t in trials if t.user_attrs.get("dedup_of") is not None)
     return Run(
-        strategy="tuner" if finalists else "tuner-nofin",
+        strategy=label if finalists else f"{label}-nofin",
         steps=steps,
         asks=summary.ran,
         note=summary.exhausted or "",
@@ -269,8 +276,14 @@ def run_tuner_without_finalists(world: World, seed: int, budget: int) -> Run:
     return run_tuner(world, seed, budget, finalists=False)
 
 
+def run_release(world: World, seed: int, budget: int) -> Run:
+    """This release's default: the same StudyRunner with the TPE sampler."""
+    return run_tuner(world, seed, budget, kind="tpe", label="release")
+
+
 STRATEGIES: dict[str, Callable[[World, int, int], Run]] = {
     "tuner": run_tuner,
+    "release": run_release,
     "tpe": run_tpe,
     "random": run_random,
     "grid": run_grid,
