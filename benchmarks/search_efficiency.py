@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -40,6 +40,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first  # noqa: E402
 from search_world import World, hypervolume, world  # noqa: E402
+
+from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS  # noqa: E402
 
 from tuner.search.evidence import Evidence, knobs_of  # noqa: E402
 from tuner.search.rules import Rule, contradicts, covering, rules_from  # noqa: E402
@@ -127,7 +129,7 @@ def run_one(job: tuple[str, str, int, int]) -> Score:
     """One strategy, scenario and seed (a pool task)."""
     scenario, strategy, seed, budget = job
     w = _world(scenario)
-    return score(w, {**STRATEGIES, **DIAGNOSTICS}[strategy](w, seed, budget), seed)
+    return replace(score(w, {**STRATEGIES, **DIAGNOSTICS}[strategy](w, seed, budget), seed), scenario=scenario)
 
 
 def _span(values: Sequence[float], fmt: str, budget: int | None = None) -> str:
@@ -211,6 +213,37 @@ def _targets(name: str, mine: Sequence[Score], to_best: Sequence[float], budget:
     )
 
 
+def summary(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> list[str]:
+    """Per strategy, the median over generated landscapes of each landscape's median over seeds."""
+    generated = [n for n in dict.fromkeys(s.scenario for s in scores) if n.startswith("gen-")]
+    if not generated:
+        return []
+    out = [
+        "",
+        f"generated landscapes ({len(generated)}): median over landscapes of the per-landscape median over seeds",
+        f"  {'strategy':<11} {'to 2%':<8} {'<=10 (share)':<13} {'wasted':<8} {'bad':<6} {'HV':<6} {'pick %':<7}",
+    ]
+    for strategy in strategies:
+        rows = []
+        for name in generated:
+            mine = [s for s in scores if s.scenario == name and s.strategy == strategy]
+            if mine:
+                to = statistics.median(float(s.to_best or budget + 1) for s in mine)
+                rows.append((to, statistics.median(s.wasted for s in mine),
+                             statistics.median(s.proven_bad for s in mine), statistics.median(s.hv for s in mine),
+                             statistics.median(s.pick for s in mine)))  # fmt: skip
+        if not rows:
+            continue
+        to = statistics.median(r[0] for r in rows)
+        shown = f">{budget}" if to > budget else f"{to:g}"
+        share = sum(1 for r in rows if r[0] <= 10) / len(rows)
+        cells = (shown, f"{share:.2f}", f"{statistics.median(r[1] for r in rows):g}",
+                 f"{statistics.median(r[2] for r in rows):g}", f"{statistics.median(r[3] for r in rows):.2f}",
+                 f"{statistics.median(r[4] for r in rows):.1f}")  # fmt: skip
+        out.append(f"  {strategy:<11} " + " ".join(f"{c:<{w}}" for c, w in zip(cells, (8, 13, 8, 6, 6, 7), strict=True)))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -221,7 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--jobs", type=int, default=2, help="worker processes (at most 2 on a shared machine)"
     )
     parser.add_argument("--tiny", action="store_true", help="also tiny-fast (no failures)")
-    parser.add_argument("--scenario", action="append", choices=[*SCENARIOS, "tiny-fast"])
+    parser.add_argument(
+        "--scenario", action="append", help=f"one of {', '.join(SCENARIOS)}, tiny-fast, or gen-SEED (generated)"
+    )
+    parser.add_argument(
+        "--generated", choices=("train", "test", "none"), default="test",
+        help="also the generated landscapes of this split (tuner.sim.generate; default: test)",
+    )
+    parser.add_argument("--gen-count", type=int, default=None, help="only the first N generated seeds")
+    parser.add_argument("--quick", action="store_true", help="3 seeds, 5 generated landscapes")
     parser.add_argument(
         "--strategy",
         action="append",
@@ -229,11 +270,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="default: all but the diagnostic tuner-nofin (the tuner with finalists off)",
     )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.gen_count = min(args.seeds, 3), args.gen_count or 5
     scenarios = args.scenario or [*SCENARIOS, *(["tiny-fast"] if args.tiny else [])]
+    if args.generated != "none":
+        split = TRAIN_SEEDS if args.generated == "train" else TEST_SEEDS
+        scenarios += [f"gen-{n}" for n in split[: args.gen_count]]
     strategies = args.strategy or list(STRATEGIES)
     started = time.monotonic()
     for name in scenarios:  # built once here; forked workers inherit them
         _world(name)
+        print(f"built {name}", file=sys.stderr, flush=True)
     jobs = [
         (sc, st, seed, args.budget)
         for sc in scenarios
@@ -253,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"budget {args.budget} launches; median [min–max] over seeds"
     )
     print("\n".join(report(scores, args.budget, strategies)))
+    print("\n".join(summary(scores, args.budget, strategies)))
     print(f"\n{len(jobs)} runs in {time.monotonic() - started:.0f} s ({min(args.jobs, 2)} processes)")
     return 0
 

@@ -1,7 +1,9 @@
 """Search strategies over a `World` (benchmarks/search_world.py), each spending a budget of launches.
 
-    tuner   the real StudyRunner (SQLite file, baselines, failure rules, memory model, per-role
-            backend sampling, per-ask seeds, finalists) with `execute=` answered by the oracle
+    tuner   the new default: the real StudyRunner (SQLite file, baselines, failure rules, memory model,
+            per-ask seeds, finalists) with the structured sampler, `execute=` answered by the oracle
+    release this release's default: the same StudyRunner with the TPE sampler
+    scoot   SCOOT-style BO: the structured sampler's GP + EHVI + constraint model, no rules, no finalists
     tpe     plain TPE as the tuner used it before: the same sampler settings, the backend pair as
             one categorical, failures told as infeasible, no pruning, no finalists (baselines first)
     random  distinct points of the space drawn uniformly
@@ -80,7 +82,15 @@ def noise_rng(world: World, seed: int, strategy: str) -> random.Random:
 
 
 def run_tuner(
-    world: World, seed: int, budget: int, *, finalists: bool = True, db_dir: Path | None = None
+    world: World,
+    seed: int,
+    budget: int,
+    *,
+    finalists: bool = True,
+    db_dir: Path | None = None,
+    kind: str = "structured",
+    label: str = "tuner",
+    prune: bool = True,
 ) -> Run:
     """The real StudyRunner on a temporary SQLite file; every launch answered by the oracle.
 
@@ -113,12 +123,12 @@ def run_tuner(
             world.space,
             name=f"bench-{world.name}-{seed}",
             log_dir=Path(tmp),
-            sampler=world.space.sampler.model_copy(update={"seed": seed}),
+            sampler=world.space.sampler.model_copy(update={"seed": seed, "kind": kind}),
         )
-        if not finalists:
+        if not finalists or not prune:
             search = world.space.search
-            off = search.finalists.model_copy(update={"count": 0})
-            space = replace(space, search=search.model_copy(update={"finalists": off}))
+            off = search.finalists.model_copy(update={"count": 0 if not finalists else search.finalists.count})
+            space = replace(space, search=search.model_copy(update={"finalists": off, "prune": prune}))
         runner = StudyRunner(space, db_url=f"sqlite:///{tmp}/study.db", n_trials=budget, execute=execute)
         summary = runner.run()
         trials = runner.study.get_trials(deepcopy=False)
@@ -127,7 +137,7 @@ def run_tuner(
         by["failure rules"] = len(why) - sum(by.values())
         reused = sum(1 for t in trials if t.user_attrs.get("dedup_of") is not None)
     return Run(
-        strategy="tuner" if finalists else "tuner-nofin",
+        strategy=label if finalists or not prune else f"{label}-nofin",
         steps=steps,
         asks=summary.ran,
         note=summary.exhausted or "",
@@ -269,11 +279,24 @@ def run_tuner_without_finalists(world: World, seed: int, budget: int) -> Run:
     return run_tuner(world, seed, budget, finalists=False)
 
 
+def run_release(world: World, seed: int, budget: int) -> Run:
+    """This release's default: the same StudyRunner with the TPE sampler."""
+    return run_tuner(world, seed, budget, kind="tpe", label="release")
+
+
+def run_scoot(world: World, seed: int, budget: int) -> Run:
+    """SCOOT-style BO: the structured sampler's GP, EHVI and hidden-constraint model, without failure
+    rules, memory-model pruning or finalists (what a black-box BO with a constraint model can do)."""
+    return run_tuner(world, seed, budget, finalists=False, label="scoot", prune=False)
+
+
 STRATEGIES: dict[str, Callable[[World, int, int], Run]] = {
     "tuner": run_tuner,
+    "release": run_release,
     "tpe": run_tpe,
     "random": run_random,
     "grid": run_grid,
     "tier": run_tier,
+    "scoot": run_scoot,
 }
 DIAGNOSTICS: dict[str, Callable[[World, int, int], Run]] = {"tuner-nofin": run_tuner_without_finalists}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,6 +44,8 @@ from tuner.search.rules import Rule, rules_from
 from tuner.session import render_launch
 from tuner.sglang.logs import classify_failure
 from tuner.sim import logfmt, memory
+from tuner.sim.generate import write
+from tuner.sim.generation_check import generate
 from tuner.sim.landscape import _violations
 from tuner.sim.oracle import Outcome as SimOutcome
 from tuner.sim.oracle import Prediction, predict
@@ -339,4 +342,17 @@ WORLD_FILES = {
 
 
 def world(name: str) -> World:
+    """A shipped sim space by name, or a generated landscape as `gen-SEED` (written once to a temp folder)."""
+    if name.startswith("gen-"):
+        return World(generated_space(int(name[4:])))
     return World(ROOT / "search_spaces" / WORLD_FILES[name])
+
+
+def generated_space(seed: int) -> Path:
+    """The space file of generated landscape `seed` (tuner.sim.generate), cached under the temp folder."""
+    folder = Path(tempfile.gettempdir()) / "tuner-generated" / str(seed)
+    space = folder / "space.yaml"
+    if not space.exists():
+        found, _ = generate(seed)
+        write(found, folder)
+    return space

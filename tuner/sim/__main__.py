@@ -1,10 +1,14 @@
-"""`python -m tuner.sim <SGLang launch flags> [--sim-* flags]`, or `python -m tuner.sim landscape ...`."""
+"""`python -m tuner.sim <SGLang launch flags> [--sim-* flags]`, `python -m tuner.sim landscape ...` or `generate ...`."""
 
 from __future__ import annotations
 
 import sys
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["generate"]:
+        from tuner.sim.generate import main as generate_main
+
+        sys.exit(generate_main(sys.argv[2:]))
     if sys.argv[1:2] == ["landscape"]:
         from tuner.sim.landscape import main as landscape_main
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tuner.sglang.options import version_key
@@ -162,6 +162,13 @@ class _Backends:
     nan_rules: tuple[BackendRule, ...] = ()
 
 
+def _with_kv(rule: BackendRule, kv: str) -> BackendRule:
+    """A rule whose NaN or garbage needs other KV dtypes behaves as ok with `kv`."""
+    if rule.behaviour_kv_dtypes is None or kv in rule.behaviour_kv_dtypes:
+        return rule
+    return replace(rule, behaviour="ok", nan_min_batch=None, nan_graph_only=False, behaviour_kv_dtypes=None)
+
+
 def _backends(scenario: Scenario, version: str, given: dict[str, Any]) -> _Backends:
     """KV dtype and attention backends as SGLang resolves them, with the pair's worst behaviour."""
     prefill = _first(given, "dsa_prefill_backend", "nsa_prefill_backend")
@@ -184,7 +191,8 @@ def _backends(scenario: Scenario, version: str, given: dict[str, Any]) -> _Backe
     )
     prefill = auto_p if forced or prefill is None else prefill
     decode = auto_d if forced or decode is None else decode
-    prefill_rule, decode_rule = scenario.backend(prefill), scenario.backend(decode)
+    prefill_rule = _with_kv(scenario.backend(prefill), kv)
+    decode_rule = _with_kv(scenario.backend(decode), kv)
     behaviour, error = "ok", ""
     for rule in (prefill_rule, decode_rule):
         b = rule.behaviour

@@ -87,6 +87,7 @@ class BackendRule:
     decode_factor: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (min batch, x decode step time)
     nan_min_batch: int | None = None  # NaN in decode steps of at least this batch (None: never)
     nan_graph_only: bool = False  # ... and only in steps replayed from a captured CUDA graph
+    behaviour_kv_dtypes: tuple[str, ...] | None = None  # nan/garbage only with these KV dtypes (ok with others)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,6 +157,8 @@ def parse_backend(rule: Any, where: str, key: str) -> BackendRule:
     if "decode_factor" in values:
         values["decode_factor"] = check_batch_map(values["decode_factor"], where, f"{key}.decode_factor")
     behaviour = values.get("behaviour", "ok")
+    if values.get("behaviour_kv_dtypes") is not None:
+        values["behaviour_kv_dtypes"] = _kv_dtype_list(values["behaviour_kv_dtypes"], behaviour, where, key)
     if behaviour == "nan_batched":
         values.setdefault("nan_min_batch", 2)
     elif behaviour == "nan":
@@ -164,6 +167,16 @@ def parse_backend(rule: Any, where: str, key: str) -> BackendRule:
         raise fail(where, f"{key}.behaviour", "nan or nan_batched when nan_min_batch/nan_graph_only is set",
                    behaviour)
     return BackendRule(**values)
+
+
+def _kv_dtype_list(raw: Any, behaviour: str, where: str, key: str) -> tuple[str, ...]:
+    """`behaviour_kv_dtypes`: a non-empty list of KV dtypes, for a nan or garbage behaviour only."""
+    if behaviour not in ("nan", "nan_batched", "garbage"):
+        raise fail(where, f"{key}.behaviour", "nan, nan_batched or garbage when behaviour_kv_dtypes is set",
+                   behaviour)
+    if not isinstance(raw, list) or not raw or any(not isinstance(v, str) or v not in KV_DTYPES for v in raw):
+        raise fail(where, f"{key}.behaviour_kv_dtypes", "a non-empty list of " + ", ".join(KV_DTYPES), raw)
+    return tuple(raw)
 
 
 def _kv_dtype(value: str) -> str | None:
@@ -224,6 +237,7 @@ BACKEND_FIELDS = {
     "decode_factor": Field(kind="any", default=1.0),  # a number or {min batch: factor}: check_batch_map
     "nan_min_batch": Field(kind="int", low=1, optional=True, default=None),
     "nan_graph_only": Field(kind="bool", default=False),
+    "behaviour_kv_dtypes": Field(kind="any", optional=True, default=None),  # checked by _kv_dtype_list
 }
 
 

@@ -207,7 +207,7 @@ class WorkerSettings(Settings):
 class SamplerSpec(Settings):
     """Which Optuna sampler, its seed and random start-up trials."""
 
-    kind: Literal["tpe", "gp", "random"] = "tpe"
+    kind: Literal["structured", "tpe", "gp", "random"] = "structured"
     seed: int | None = Field(default=None, ge=0)
     n_startup_trials: int = Field(default=8, ge=0)
 

@@ -23,10 +23,12 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from sqlalchemy.engine import make_url
 
 from tuner.errors import ConfigError, StoreError
+from tuner.search.sampler import StructuredSampler
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective, WorkerSettings
 from tuner.store.connect import mask_url, optuna_storage_kwargs, ping_idle_connections
 from tuner.store.lock import AdvisoryLock, supports_advisory_lock
+from tuner.study.learn import policy_for, study_evidence
 from tuner.study.resume import remember_space
 
 log = logging.getLogger(__name__)
@@ -52,12 +54,15 @@ def make_storage(url: str, workers: WorkerSettings | None = None) -> RDBStorage:
 
 
 def make_sampler(space: SearchSpace, *, seed: int | None = None) -> optuna.samplers.BaseSampler:
-    """The sampler the space asks for; TPE (multivariate, grouped) suits 20-60 trials, conditional spaces.
+    """The sampler the space asks for: structured (the default; tuner.search.sampler) scores every
+    candidate with a surrogate of the knobs; TPE (multivariate, grouped), GP and random stay selectable.
 
     `seed` overrides the space's (the study derives one per ask, so no stream is drawn twice).
     """
     spec = space.sampler
     seed = spec.seed if seed is None else seed
+    if spec.kind == "structured":
+        return StructuredSampler(space, seed=seed, policy_of=lambda trials: policy_for(space, study_evidence(space, trials)))
     if spec.kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.kind == "gp":

@@ -1,0 +1,118 @@
+"""The structured search's pure core: candidates, the knob-kernel surrogate, the acquisition, the choice."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuner.search.acquire import ehvi, expected_excess, hypervolume, norm_cdf, scores
+from tuner.search.candidates import Block, candidates, params_key
+from tuner.search.strategy import Seen, choose
+from tuner.search.surrogate import Features, combine, fit_predict, knob_kernels
+from tuner.space.loader import load_space
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# a toy space of three knobs: 4 x 3 x 5 levels, log throughput additive plus one interaction
+BLOCKS = (Block(name="a", cat=(0,), num=()), Block(name="b", cat=(1,), num=()), Block(name="f", cat=(), num=(0,)))
+GRID = [(a, b, f) for a in range(4) for b in range(3) for f in range(5)]
+FEATURES = Features(
+    cat=np.asarray([(a, b) for a, b, _ in GRID], dtype=np.int64),
+    num=np.asarray([(f / 4,) for _, _, f in GRID], dtype=np.float64),
+)
+
+
+def truth(a: int, b: int, f: int) -> float:
+    return [0.0, 0.3, -0.2, 0.1][a] + [0.0, 0.2, -0.1][b] - 0.5 * (f / 4 - 0.6) ** 2 + (0.15 if (a, b) == (1, 1) else 0)
+
+
+def test_every_knob_kernel_is_one_on_the_diagonal_and_the_full_kernel_has_unit_prior_variance() -> None:
+    kernels = knob_kernels(FEATURES, FEATURES, BLOCKS)
+    assert len(kernels) == 3
+    for k in kernels:
+        assert np.allclose(np.diag(k), 1.0) and (k >= 0).all() and (k <= 1 + 1e-12).all()
+    full = combine(kernels, 0.3)
+    assert np.allclose(np.diag(full), 1.0)
+    assert np.all(np.linalg.eigvalsh(full) > -1e-9)  # a valid covariance
+
+
+def test_the_surrogate_learns_additive_effects_from_few_launches() -> None:
+    rng = random.Random(3)
+    rows = rng.sample(range(len(GRID)), 14)
+    y = np.asarray([truth(*GRID[i]) for i in rows])
+    post = fit_predict(FEATURES.take(rows), y, FEATURES, BLOCKS)
+    true = np.asarray([truth(*g) for g in GRID])
+    assert np.corrcoef(post.mean, true)[0, 1] > 0.9
+    assert true[int(np.argmax(post.mean))] >= np.sort(true)[-4]  # its favourite is among the true top 4
+    seen_sd = post.sd[rows].mean()
+    unseen_sd = np.delete(post.sd, rows).mean()
+    assert seen_sd < unseen_sd
+
+
+def test_expected_excess_matches_a_monte_carlo_estimate() -> None:
+    rng = np.random.default_rng(0)
+    mu, sd, t = np.asarray([0.1, -0.5]), np.asarray([0.3, 0.05]), 1.2
+    draws = np.exp(mu[:, None] + sd[:, None] * rng.standard_normal((2, 200_000)))
+    mc = np.maximum(draws - t, 0).mean(axis=1)
+    assert np.allclose(expected_excess(mu, sd, t), mc, rtol=0.02, atol=1e-4)
+    assert expected_excess(mu, sd, 0.0) == pytest.approx(np.exp(mu + sd**2 / 2))
+    assert norm_cdf(np.asarray([0.0]))[0] == pytest.approx(0.5)
+
+
+def test_ehvi_is_the_hypervolume_gain_when_certain_and_zero_for_a_dominated_point() -> None:
+    front = [(100.0, 10.0), (50.0, 30.0)]
+    assert hypervolume(front) == pytest.approx(100 * 10 + 50 * 20)
+    tiny = np.asarray([1e-6, 1e-6, 1e-6])
+    mu = np.log(np.asarray([120.0, 40.0, 80.0]))
+    second = np.asarray([20.0, 20.0, 40.0])
+    got = ehvi(mu, tiny, second, front)
+    for i in range(3):
+        point = (math.exp(mu[i]), second[i])
+        assert got[i] == pytest.approx(hypervolume([*front, point]) - hypervolume(front), rel=1e-4, abs=1e-3)
+    assert got[1] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_scores_prefer_likely_feasible_improvements() -> None:
+    mu = np.log(np.asarray([110.0, 110.0, 90.0]))
+    sd = np.full(3, 0.05)
+    got = scores(mu, sd, np.asarray([0.9, 0.1, 0.9]), best=100.0, second=None, front=[])
+    assert got[0] > got[1] and got[0] > got[2]
+    cold = scores(mu, np.asarray([0.1, 0.5, 0.2]), np.asarray([1.0, 0.5, 1.0]), best=None, second=None, front=[])
+    assert list(np.argsort(cold)) == [0, 2, 1]  # nothing measured: most uncertain x likely feasible
+
+
+def test_choose_never_picks_a_disallowed_candidate_and_is_deterministic_per_seed() -> None:
+    seen = [Seen(index=i, log_first=truth(*GRID[i]), second=None, feasible=True) for i in (0, 17, 33)]
+    allowed = [True] * len(GRID)
+    for s in seen:
+        allowed[s.index] = False
+    picks = {choose(FEATURES, BLOCKS, seen, allowed, second=None, seed=s) for s in range(20)}
+    assert picks and all(p is not None and allowed[p] for p in picks)
+    assert choose(FEATURES, BLOCKS, seen, allowed, second=None, seed=5) == choose(
+        FEATURES, BLOCKS, seen, allowed, second=None, seed=5
+    )
+    assert choose(FEATURES, BLOCKS, seen, [False] * len(GRID), second=None, seed=1) is None
+
+
+def test_choose_steers_away_from_the_neighbours_of_unexplained_failures() -> None:
+    # every launch with a == 2 failed: the feasibility surrogate makes a == 2 unlikely
+    seen = [Seen(index=i, log_first=None, second=None, feasible=False) for i, g in enumerate(GRID) if g[0] == 2][:4]
+    seen += [Seen(index=i, log_first=truth(*GRID[i]), second=None, feasible=True) for i in (0, 20, 50)]
+    allowed = [i not in {s.index for s in seen} for i in range(len(GRID))]
+    picks = [choose(FEATURES, BLOCKS, seen, allowed, second=None, seed=s) for s in range(10)]
+    assert sum(1 for p in picks if p is not None and GRID[p][0] == 2) <= 1
+
+
+def test_the_candidates_of_a_shipped_space_are_its_points_with_pairs_only_from_its_choices() -> None:
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    found = candidates(space)
+    assert len(found.params) == 18 * 4 * 7  # fraction 0.78..0.95 step 0.01, 4 graph choices, 7 pairs
+    pairs = {p["sparse_backends"] for p in found.params}
+    assert pairs == set(next(p for p in space.params if p.name == "sparse_backends").choices)
+    assert len(set(found.keys)) == len(found.keys)
+    assert params_key(found.params[0]) == found.keys[0]
+    assert len(found.cat[0]) == 5 and len(found.num[0]) == 2  # pair: 3 columns, graphs: 2 + batch size

@@ -1,0 +1,97 @@
+"""Generated landscapes (tuner.sim.generate): valid, deterministic per seed, with a true best."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS, draw, main, write
+from tuner.sim.generation_check import check, generate
+from tuner.sim.landscape import best
+from tuner.sim.oracle import Outcome
+from tuner.sim.scenario import parse_scenario
+from tuner.sim.spacefile import launch_from_argv, read_space
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_draw_passes_the_scenario_validation(seed: int) -> None:
+    found = draw(seed)
+    scenario = parse_scenario(found.scenario, f"seed {seed}")
+    params = {p["name"]: p for p in found.space["params"]}
+    assert {"mem-fraction-static", "cuda_graph", "sparse_backends"} <= set(params)
+    frac = params["mem-fraction-static"]
+    steps = (frac["high"] - frac["low"]) / frac["step"]
+    assert abs(steps - round(steps)) < 1e-6  # the step divides the range (the space loader insists)
+    assert 1.0 <= scenario.perf.noise_pct <= 5.0
+    for pair in params["sparse_backends"]["choices"]:
+        prefill, decode = pair.split("/")
+        assert prefill in scenario.backends and decode in scenario.backends
+
+
+def test_a_seed_always_draws_the_same_landscape_and_seeds_differ() -> None:
+    assert draw(7) == draw(7)
+    assert draw(7).scenario != draw(8).scenario
+    assert draw(7, attempt=1).scenario != draw(7).scenario
+
+
+def test_the_split_is_fixed_and_disjoint() -> None:
+    assert not set(TRAIN_SEEDS) & set(TEST_SEEDS)
+    assert len(TEST_SEEDS) >= 30
+
+
+@pytest.mark.parametrize("seed", [TRAIN_SEEDS[2]])
+def test_a_generated_landscape_has_failures_and_a_true_best_the_oracle_finds(seed: int, tmp_path: Path) -> None:
+    found, line = generate(seed)
+    why, scored = check(found)
+    assert why is None and "within 2% of the best" in line
+    top = best(scored)
+    assert top is not None and top.feasible and (top.prediction.output_tok_s or 0) > 0
+    assert any(not s.prediction.feasible for s in scored)
+    _, space_file = write(found, tmp_path)
+    assert len(list(read_space(space_file).points())) == len(scored)  # the written space is the one checked
+
+
+def test_the_generator_varies_the_structure_across_seeds() -> None:
+    draws = [draw(seed) for seed in TRAIN_SEEDS]
+    knobs = {p["name"] for d in draws for p in d.space["params"]}
+    assert {"kv-cache-dtype", "chunked-prefill-size", "max-running-requests"} <= knobs
+    gpus = {d.scenario["gpus"]["name"] for d in draws}
+    assert len(gpus) >= 4
+    mechanisms = " ".join(d.summary for d in draws)
+    for what in ("unsupported", "NaN in graphs of batch", "NaN at batch", "with KV"):
+        assert what in mechanisms
+
+
+def test_generate_writes_a_scenario_and_a_space_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seed", str(TRAIN_SEEDS[2]), "--out", str(tmp_path)]) == 0
+    space = yaml.safe_load((tmp_path / "space.yaml").read_text())
+    assert space["engine"]["scenario"] == "scenario.yaml" and (tmp_path / "scenario.yaml").is_file()
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_nan_coupled_to_the_kv_dtype_fails_only_with_that_dtype() -> None:
+    found = draw(0)
+    raw = dict(found.scenario)
+    backends = dict(raw["backends"])
+    victim = next(n for n, r in backends.items() if n != "default" and isinstance(r, dict) and r["behaviour"] == "ok")
+    backends[victim] = {"behaviour": "garbage", "behaviour_kv_dtypes": ["bfloat16"]}
+    raw["backends"] = backends
+    scenario = parse_scenario(raw, "kv coupling")
+
+    def behaviour(kv: str) -> str:
+        argv = ["--model-path", "/m", "--tp-size", str(scenario.gpus.count), "--kv-cache-dtype", kv,
+                "--dsa-prefill-backend", victim, "--dsa-decode-backend", victim]  # fmt: skip
+        return launch_from_argv(scenario, "0.5.23", argv).behaviour
+
+    assert behaviour("bfloat16") == "garbage"
+    assert behaviour("fp8_e4m3") == "ok"
+    assert Outcome.GARBAGE.value == "garbage"
+
+
+def test_behaviour_kv_dtypes_needs_a_nan_or_garbage_behaviour() -> None:
+    raw = dict(draw(0).scenario)
+    raw["backends"] = {"x": {"behaviour": "ok", "behaviour_kv_dtypes": ["bfloat16"]}}
+    with pytest.raises(Exception, match="behaviour_kv_dtypes is set"):
+        parse_scenario(raw, "bad")

@@ -1,0 +1,143 @@
+"""`sampler: {kind: structured}`: an Optuna sampler that scores every candidate of the space.
+
+Optuna stays the study and its storage: this sampler reads the study's trials, chooses one
+whole configuration per trial (tuner.search.strategy.choose) and answers each of the trial's
+suggestions from it. The choice is made at TrialConfig level in the space's naming and mapped
+to the sampler's parameter names by tuner.space.sampling (so a backend pair is only ever one of
+the pair param's choices). Candidates already launched or pruned, those running on another
+worker, and those the failure rules or the memory model prove bad (the policy the study passes
+in) are never chosen; so workers asking at once pick different points, and a long study on a
+fine grid keeps finding new launches until the grid is spent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.search.candidates import Candidates, candidates, params_key
+from tuner.search.policy import Policy
+from tuner.search.strategy import Seen, choose
+from tuner.search.surrogate import Features
+from tuner.space.sampling import joined_params, sampler_params
+
+if TYPE_CHECKING:
+    from tuner.space.loader import SearchSpace
+
+PolicyOf = Callable[[Sequence[FrozenTrial]], Policy]
+NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
+_CACHE: dict[int, tuple[Any, Candidates, Features]] = {}  # id(space) -> (space, candidates, features)
+
+
+def space_candidates(space: SearchSpace) -> tuple[Candidates, Features]:
+    """The space's candidates and features, enumerated once per space object."""
+    hit = _CACHE.get(id(space))
+    if hit is not None and hit[0] is space:
+        return hit[1], hit[2]
+    found = candidates(space, seed=space.sampler.seed or 0)
+    features = Features(
+        cat=np.asarray(found.cat, dtype=np.int64).reshape(len(found.keys), -1),
+        num=np.asarray(found.num, dtype=np.float64).reshape(len(found.keys), -1),
+    )
+    if len(_CACHE) > 8:
+        _CACHE.clear()
+    _CACHE[id(space)] = (space, found, features)
+    return found, features
+
+
+class StructuredSampler(optuna.samplers.BaseSampler):
+    """Chooses whole configurations from a surrogate of the knobs; see the module docstring."""
+
+    def __init__(self, space: SearchSpace, *, seed: int | None, policy_of: PolicyOf | None = None) -> None:
+        self._space = space
+        self._seed = seed
+        self._policy_of = policy_of
+        self._plans: dict[int, dict[str, object]] = {}
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        plan = self._plans.get(trial.number)
+        if plan is None:
+            plan = self._plan(study, trial)
+            self._plans[trial.number] = plan
+        if param_name in plan:
+            value = plan[param_name]
+            try:
+                if param_distribution._contains(param_distribution.to_internal_repr(value)):
+                    return value
+            except (TypeError, ValueError):
+                pass
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def _plan(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, object]:
+        """The whole configuration of `trial`, in the sampler's parameter names ({} when none is left)."""
+        found, features = space_candidates(self._space)
+        trials = study.get_trials(deepcopy=False)
+        index = found.index()
+        allowed = [True] * len(found.keys)
+        seen: list[Seen] = []
+        directions = study.directions
+        for t in trials:
+            if t.number == trial.number or t.state not in (TrialState.COMPLETE, TrialState.RUNNING):
+                continue
+            i = index.get(params_key(joined_params(self._space, t.params)))
+            if i is None:
+                continue
+            allowed[i] = False
+            if t.state is TrialState.COMPLETE:
+                got = _seen(t, i, directions)
+                if got is not None:
+                    seen.append(got)
+        second = None
+        if self._policy_of is not None:
+            policy = self._policy_of(trials)
+            kv: list[float] = []
+            for i, config in enumerate(found.configs):
+                if not allowed[i]:
+                    kv.append(0.0)
+                    continue
+                decision = policy.decide(config)
+                allowed[i] = decision.launch
+                kv.append(float(decision.prediction.kv_tokens or 0.0))
+            names = list(study.metric_names or [])
+            if len(directions) > 1 and names[1:2] == ["kv_tokens"] and any(kv):
+                second = np.asarray(kv, dtype=np.float64)
+        seed = (self._seed or 0) * 1_000_003 + trial.number
+        pick = choose(features, found.blocks, seen, allowed, second=second, seed=seed)
+        if pick is None:
+            return {}
+        return sampler_params(self._space, found.params[pick])
+
+
+def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> Seen | None:
+    """What a finished trial says to the surrogates (None: it launched nothing of its own)."""
+    attrs = t.user_attrs
+    if any(attrs.get(k) for k in NOT_LAUNCHED) or attrs.get("dedup_of") is not None:
+        return None
+    values = t.values or []
+    measured = attrs.get("failure") is None and attrs.get("outcome", "ok") in ("ok", "slo_violation")
+    first = values[0] if measured and values else None
+    log_first = None
+    if first is not None and first > 0:
+        log_first = math.log(first) if directions[0] is StudyDirection.MAXIMIZE else -math.log(first)
+    second = None
+    if log_first is not None and len(values) > 1 and directions[1] is StudyDirection.MAXIMIZE:
+        second = float(values[1])
+    return Seen(index=index, log_first=log_first, second=second, feasible=bool(attrs.get("feasible")))

@@ -1,0 +1,97 @@
+"""The structured search's decision, as a pure function: what has been seen -> the next candidate.
+
+    choose(features, blocks, seen, allowed, second, seed) -> candidate index or None
+
+`seen` holds every launched configuration: its measured objective values (first: the objective
+modelled in log space, e.g. output throughput; second: KV tokens), and whether it was feasible.
+Candidates already launched, running elsewhere, or proven bad by a failure rule or the memory
+model are not `allowed`. Two surrogates are fitted on the same knob kernel: log throughput over
+the measured launches, and feasibility (+1 / -1) over every launch, so failures no rule explains
+(yet) lower the chance of their neighbours. The acquisition (tuner.search.acquire) then weighs
+expected improvement of the best and of the front by that chance. A small seeded share of picks
+goes to the most uncertain likely-feasible candidate instead, so a wrong early model cannot lock
+the search in one region.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tuner.search.acquire import norm_cdf, scores
+from tuner.search.candidates import Block
+from tuner.search.surrogate import Array, Features, fit_predict
+
+EXPLORE = 0.1  # share of picks that go to the most uncertain likely-feasible candidate
+FEASIBLE_PRIOR = 0.3  # the feasibility surrogate's prior mean (labels +1 / -1): untried leans feasible
+HV_WEIGHT = 1.0
+MIN_SPREAD = 0.15  # log-throughput spread assumed before the launches show one (configurations differ by ~15%)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Seen:
+    """One launched configuration: its candidate index, objective values (None: nothing measured)."""
+
+    index: int
+    log_first: float | None  # log of the first objective (sign chosen so higher is better)
+    second: float | None  # the second objective as measured (higher is better), if any
+    feasible: bool
+
+
+def choose(
+    features: Features,
+    blocks: Sequence[Block],
+    seen: Sequence[Seen],
+    allowed: Sequence[bool],
+    *,
+    second: Array | None,
+    seed: int,
+) -> int | None:
+    """The index of the next candidate to launch, or None when none is allowed."""
+    mask = np.asarray(allowed, dtype=bool)
+    if not mask.any():
+        return None
+    rng = random.Random(seed)
+    jitter = np.asarray([rng.random() for _ in range(len(mask))]) * 1e-12
+    open_rows = np.flatnonzero(mask)
+    test = features.take(open_rows)
+    p_feasible = _feasibility(features, blocks, seen, test)
+    measured = [s for s in seen if s.log_first is not None]
+    if len(measured) == 0:
+        mu = np.zeros(len(open_rows))
+        sd = np.ones(len(open_rows))
+        best: float | None = None
+    else:
+        y = np.asarray([s.log_first for s in measured], dtype=np.float64)
+        spread = max(float(np.std(y)), MIN_SPREAD)
+        post = fit_predict(features.take([s.index for s in measured]), y, test, blocks, scale=spread)
+        mu, sd = post.mean, post.sd
+        good = [s.log_first for s in measured if s.feasible and s.log_first is not None]
+        best = math.exp(max(good)) if good else None
+    if best is not None and rng.random() < EXPLORE:
+        acq = p_feasible * sd
+    else:
+        front = [(math.exp(s.log_first), s.second) for s in measured
+                 if s.feasible and s.log_first is not None and s.second is not None]  # fmt: skip
+        acq = scores(
+            mu, sd, p_feasible, best=best, second=None if second is None else second[open_rows],
+            front=front, hv_weight=HV_WEIGHT,
+        )  # fmt: skip
+    return int(open_rows[int(np.argmax(acq + jitter[open_rows]))])
+
+
+def _feasibility(features: Features, blocks: Sequence[Block], seen: Sequence[Seen], test: Features) -> Array:
+    """P(feasible) of the test rows from the launches' outcomes (0.5-ish where nothing is known)."""
+    if not seen:
+        return np.full(test.cat.shape[0], 0.6)
+    labels = np.asarray([1.0 if s.feasible else -1.0 for s in seen])
+    if labels.min() > 0:
+        return np.full(test.cat.shape[0], 0.9)
+    post = fit_predict(
+        features.take([s.index for s in seen]), labels, test, blocks, prior_mean=FEASIBLE_PRIOR, scale=1.0
+    )
+    return norm_cdf(post.mean / np.sqrt(0.25 + post.sd**2))

@@ -1,0 +1,74 @@
+"""Keep a drawn landscape only when it is a fair test: valid, with failures, and a best that is not everywhere.
+
+    generate(seed) -> (Draw, best line)    the first sub-seed of `seed` whose draw passes
+
+Checks: the scenario passes the scenario validation (parse_scenario), and the oracle over every
+point of the space (tuner.sim.landscape.evaluate) finds a feasible best, failing points, and
+between 5% and 90% of the points feasible, at most a fifth of them within 2% of the best.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from tuner.errors import TunerError
+from tuner.sim.generate import Draw, draw, write
+from tuner.sim.landscape import Scored, best, evaluate
+from tuner.sim.scenario import parse_scenario
+from tuner.sim.spacefile import read_space
+
+ATTEMPTS = 60
+NEAR_SHARE = 0.2  # at most this share of the feasible points within 2% of the best
+
+
+class GenerateError(TunerError):
+    """No draw of a seed passed the checks."""
+
+
+def check(found: Draw) -> tuple[str | None, list[Scored]]:
+    """Why the draw is not a fair landscape (None: it is), and the oracle's verdict on every point."""
+    scenario = parse_scenario(found.scenario, f"generated seed {found.seed}")
+    with tempfile.TemporaryDirectory() as tmp:
+        _, space_file = write(found, Path(tmp))
+        space = read_space(space_file)
+        scored = evaluate(space, scenario)
+    feasible = sum(1 for s in scored if s.feasible)
+    if feasible == 0 or best(scored) is None:
+        return "no feasible point", scored
+    if feasible == len(scored):
+        return "no failing point", scored
+    share = feasible / len(scored)
+    if not 0.05 <= share <= 0.9:
+        return f"{100 * share:.0f}% of the points feasible", scored
+    if within_two_percent(scored) > max(3, NEAR_SHARE * feasible):
+        return "the best is everywhere", scored
+    return None, scored
+
+
+def within_two_percent(scored: list[Scored]) -> int:
+    """Feasible points within 2% of the best output throughput."""
+    top = best(scored)
+    if top is None:
+        return 0
+    target = 0.98 * (top.prediction.output_tok_s or 0.0)
+    return sum(1 for s in scored if s.feasible and (s.prediction.output_tok_s or 0.0) >= target)
+
+
+def generate(seed: int) -> tuple[Draw, str]:
+    """The landscape of `seed` (the first attempt that passes) and a line naming its true best."""
+    why = ""
+    for attempt in range(ATTEMPTS):
+        found = draw(seed, attempt)
+        why, scored = check(found)
+        if why is None:
+            top = best(scored)
+            assert top is not None
+            feasible = sum(1 for s in scored if s.feasible)
+            near = within_two_percent(scored)
+            line = (
+                f"{len(scored)} points, {feasible} feasible, {near} within 2% of the best: "
+                f"{top.prediction.output_tok_s:,.1f} out tok/s at {top.point}"
+            )
+            return found, line
+    raise GenerateError(f"generate: no draw of seed {seed} passed the checks in {ATTEMPTS} attempts ({why})")
