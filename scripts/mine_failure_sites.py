@@ -40,8 +40,8 @@ _CLASSES = (
     ("oom", r"out of memory|runs out of memory|out of request slots|\balloc\w* failed|kv cache pool is full"),
     ("hang", r"watchdog timeout|watchdog.*(?:hang|stuck)"),
     ("nan", r"\bnan\b|\binf\b.*logits|logits.*\binf\b"),
-    ("unsupported", r"(?:not|only) support\w*.*\b(?:sm\s?\d+|sm_?\{\}|architecture|compute capabilit\w*|blackwell"
-                    r"|hopper|ampere|gpu|device|cuda arch\w*|hip|rocm)\b"
+    ("unsupported", r"(?:not|only) support\w*.*\b(?:sm\s?\d+|sm_?\{\}|architecture|compute capabilit\w*"
+                    r"|blackwell|hopper|ampere|gpu|device|cuda arch\w*|hip|rocm)\b"
                     r"|unsupported (?:architecture|gpu|device|sm)|requires? (?:sm\s?\d+|hopper|blackwell)"),
 )  # fmt: skip
 _CLASS_RE = tuple((name, re.compile(pattern, re.I)) for name, pattern in _CLASSES)
@@ -103,18 +103,28 @@ class _Sites(ast.NodeVisitor):
         self.stack.pop()
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        if self.names and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if (text := template(node.value)) is not None:
-                self.names[-1][node.targets[0].id] = text
+        target = node.targets[0] if len(node.targets) == 1 else None
+        if self.names and isinstance(target, ast.Name) and (text := template(node.value)) is not None:
+            self.names[-1][target.id] = text
         self.generic_visit(node)
 
     visit_FunctionDef = _scope
     visit_AsyncFunctionDef = _scope
 
     def visit_Raise(self, node: ast.Raise) -> None:
-        if self.stack and isinstance(node.exc, ast.Call) and (text := _message(node.exc, self.names[-1])) is not None:
+        if (
+            self.stack
+            and isinstance(node.exc, ast.Call)
+            and (text := _message(node.exc, self.names[-1])) is not None
+        ):
             func = node.exc.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else "?"
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else "?"
+            )
             self.found.append((self.stack[-1], name, text))
         self.generic_visit(node)
 
@@ -159,7 +169,9 @@ def _git_sources(repo: Path, version: str) -> Iterator[tuple[str, str]]:
         check=True, capture_output=True, text=True,
     ).stdout.split()  # fmt: skip
     for path in (p for p in listing if p.endswith(".py")):
-        shown = subprocess.run(["git", "-C", str(repo), "show", f"{tag}:{path}"], capture_output=True, text=True)
+        shown = subprocess.run(
+            ["git", "-C", str(repo), "show", f"{tag}:{path}"], capture_output=True, text=True
+        )
         if shown.returncode == 0:
             yield path.removeprefix("python/sglang/srt/"), shown.stdout
 
@@ -211,12 +223,16 @@ def main() -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--git", type=Path, help="a clone of SGLang with its release tags")
     source.add_argument("--wheels", type=Path, help="a folder of SGLang's released wheels")
-    parser.add_argument("--versions", nargs="*", help="releases to mine (default: those the option tables cover)")
+    parser.add_argument(
+        "--versions", nargs="*", help="releases to mine (default: those the option tables cover)"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     table = mine(args.versions or _covered_versions(), git=args.git, wheels=args.wheels)
     args.out.write_text(json.dumps(table, separators=(",", ":")) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}: {len(table['sites'])} sites, {len(table['versions'])} releases", file=sys.stderr)  # type: ignore[arg-type]
+    print(
+        f"wrote {args.out}: {len(table['sites'])} sites, {len(table['versions'])} releases", file=sys.stderr
+    )  # type: ignore[arg-type]
     return 0
 
 

@@ -119,8 +119,11 @@ _FAILURES = (
         True,
         r"\S+ watchdog timeout \(self\.watchdog_timeout=[^,]*, self\.soft=False\).*",
     ),
-    # Before `soft` existed the watchdog always killed the server: `Watchdog timeout (self.watchdog_timeout=300)`.
-    _signature(FailureKind.WATCHDOG, True, r"(?:^|\S+ )[Ww]atchdog timeout \(self\.watchdog_timeout=[^,()]*\).*"),
+    # Before `soft` existed the watchdog always killed the server:
+    # `Watchdog timeout (self.watchdog_timeout=300)` (0.5.6 and before).
+    _signature(
+        FailureKind.WATCHDOG, True, r"(?:^|\S+ )[Ww]atchdog timeout \(self\.watchdog_timeout=[^,()]*\).*"
+    ),
     _signature(FailureKind.WATCHDOG, False, r"\S+ watchdog timeout \(.*"),
     _signature(FailureKind.CUDA_ERROR, True, r"CUDA error: .*", r".*device-side assert triggered.*"),
     _signature(

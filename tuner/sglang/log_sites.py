@@ -14,12 +14,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import cache
 from importlib import resources
-
-from dataclasses import replace
 
 from tuner.sglang.log_blame import block_bounds, frame_stage
 from tuner.sglang.log_events import FailureKind, FailureLine
@@ -72,7 +70,8 @@ _STRUCTURAL = (
     (Site.KV_ALLOC, r"mem_cache/[\w/]+\.py", r"alloc\w*|\w*_alloc"),
     (Site.WATCHDOG, r"\w+\.py", r"watchdog\w*"),
     (Site.NCCL, r"(?:pynccl|nccl)\w*\.py|parallel_state\.py|communication_op\.py", r"\w+"),
-    (Site.SERVING, r"scheduler\w*\.py|tp_worker\w*\.py|disaggregation/\w+\.py|model_executor/model_runner\.py",
+    (Site.SERVING,
+     r"scheduler\w*\.py|tp_worker\w*\.py|disaggregation/\w+\.py|model_executor/model_runner\.py",
      r"event_loop\w*|run_event_loop|dispatch_event_loop|run_batch|forward_batch_generation"
      r"|forward_thread_func\w*|process_batch_result\w*|get_next_batch_to_run|update_running_batch"
      r"|get_new_batch_prefill|self_check_during_idle|on_idle|pop_and_process|resolve_last_batch_result"
@@ -205,7 +204,7 @@ def where(lines: Sequence[str], site: Site | None) -> str | None:
 
 
 def by_site(event: FailureLine, site: Site | None) -> FailureLine:
-    """A generic error line (no signature of its own) classed by its mined wording or the site it was raised at.
+    """A generic error line (no signature of its own) classed by its mined wording or the site it was raised.
 
     An out-of-memory or an unbuilt kernel keeps its own class whatever the site.
     """

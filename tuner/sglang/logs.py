@@ -37,7 +37,14 @@ from tuner.sglang.log_events import (
     WeightLoadEnd,
 )
 from tuner.sglang.log_parse import clean_line, has_prefix, parse_line, strip_ansi
-from tuner.sglang.log_sites import by_site, continues_traceback, failing_block, failure_site, is_frame_line, where
+from tuner.sglang.log_sites import (
+    by_site,
+    continues_traceback,
+    failing_block,
+    failure_site,
+    is_frame_line,
+    where,
+)
 
 
 def is_fatal(line: str) -> bool:
@@ -205,7 +212,9 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     stage = _stage(before, phase, frames_say, event.kind)
     outcome, message = _verdict(event, stage, exit_code)
     # A bad flag's line lists the choices it had: naming one of them blames no backend.
-    backend, role = (None, None) if event.kind is FailureKind.BAD_ARGS else blame_backend(clean, i, state.backends)
+    backend, role = (
+        (None, None) if event.kind is FailureKind.BAD_ARGS else blame_backend(clean, i, state.backends)
+    )
     return FailureVerdict(
         outcome=outcome,
         message=_one_line(message),
