@@ -173,6 +173,25 @@ _ALL = (
 METRICS: Mapping[str, Metric] = {m.name: m for m in _ALL}
 BENCH_METRICS: tuple[str, ...] = tuple(m.name for m in _ALL if m.source is Source.BENCH)
 OPTIMISABLE: tuple[str, ...] = tuple(m.name for m in _ALL if m.optimisable)
+# SGLang bench_serving's names for the metrics above (its result JSON's keys), accepted wherever a
+# metric is named (objectives, SLO constraints) and read as the registry's own name.
+ALIASES: Mapping[str, str] = {
+    "median_ttft_ms": "ttft_p50_ms",
+    "p99_ttft_ms": "ttft_p99_ms",
+    "median_tpot_ms": "tpot_p50_ms",
+    "p99_tpot_ms": "tpot_p99_ms",
+    "median_itl_ms": "itl_p50_ms",
+    "p99_itl_ms": "itl_p99_ms",
+    "median_e2e_latency_ms": "e2e_p50_ms",
+    "p99_e2e_latency_ms": "e2e_p99_ms",
+}
+
+
+def canonical(name: str) -> str:
+    """The registry's name of a metric given by its own name or a bench_serving alias."""
+    return ALIASES.get(name, name)
+
+
 DEFAULT_OBJECTIVES = ("output_throughput", "kv_tokens")
 # What every summary shows beside the objectives (export and confirm lines, the trials table).
 HEADLINE: tuple[str, ...] = tuple(m.name for m in _ALL if m.headline)

@@ -36,6 +36,7 @@ from tuner.interrupts import INTERRUPTS
 from tuner.result import TrialResult
 from tuner.session import TrialContext, prepare_launch
 from tuner.sglang import logs
+from tuner.sglang.auth import ServerAuth, auth_from_argv
 from tuner.sglang.flags import min_gpus
 from tuner.sglang.orphans import LiveServer
 from tuner.sglang.server import ServerProcess
@@ -179,6 +180,11 @@ class _TrialRun:
         self.sampler.start()
         return self._gate() or self._bench()
 
+    def _auth(self) -> dict[str, ServerAuth | None]:
+        """`auth=` for the stages when the launch has an API key (kept in memory, never stored)."""
+        auth = auth_from_argv(self.spec.argv) if self.spec is not None else None
+        return {"auth": auth} if auth else {}
+
     def _gate(self) -> Failure | None:
         server, space = self.server, self.ctx.space
         facts = self.facts
@@ -194,6 +200,7 @@ class _TrialRun:
                 nan_log_lines=lambda: logs.nan_lines(server.lines_since(cursor)),
                 server_died=server.died,
                 stop=lambda: INTERRUPTS.requested,
+                **self._auth(),
             ),
         )
         self.gate_result = result
@@ -221,6 +228,7 @@ class _TrialRun:
                 server_died=server.died,
                 progress=self.ctx.progress,
                 stop=lambda: INTERRUPTS.requested,
+                **self._auth(),
             ),
         )
         self.bench_result = result

@@ -31,6 +31,7 @@ from tuner.bench.settings import Api, RequestTimeouts
 from tuner.bench.sse import SseParser
 from tuner.bench.types import ErrorClass, RequestRecord
 from tuner.bench.workload import RequestSpec
+from tuner.sglang.auth import NO_AUTH, ServerAuth, httpx_auth
 
 READ_BUFSIZE = 4 * 1024 * 1024  # aiohttp's small default buffer collapses huge streams (P13)
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
@@ -63,8 +64,16 @@ class HttpClients:
     max_connections: the libraries' defaults silently distort latency figures (P12).
     """
 
-    def __init__(self, base_url: str, *, max_connections: int, timeouts: RequestTimeouts) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_connections: int,
+        timeouts: RequestTimeouts,
+        auth: ServerAuth | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.auth = auth or NO_AUTH  # in memory only; the streams and control calls carry the key
         backstop_s = max(timeouts.first_byte_s, timeouts.idle_read_s) + 5.0
         connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=30.0)
         self.session = aiohttp.ClientSession(
@@ -80,6 +89,7 @@ class HttpClients:
                 connect=timeouts.connect_s, read=backstop_s, write=timeouts.connect_s, pool=None
             ),
             limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
+            auth=httpx_auth(auth),
         )
 
     async def __aenter__(self) -> HttpClients:
@@ -119,6 +129,7 @@ class RequestSender:
         self._session = http.session
         self._api = api
         self._url = http.base_url + endpoint(api)
+        self._headers = {**_HEADERS, **http.auth.headers(endpoint(api))}
         self._model = model
 
     def prepare(self, spec: RequestSpec) -> bytes:
@@ -166,7 +177,7 @@ class RequestSender:
 
     async def _stream(self, body: bytes, acc: StreamAccumulator, flight: Flight) -> str | None:
         """Feed the stream into acc; the error text of a non-200 answer, else None."""
-        async with self._session.post(self._url, data=body, headers=_HEADERS) as resp:
+        async with self._session.post(self._url, data=body, headers=self._headers) as resp:
             flight.status = status = resp.status
             if status != 200:
                 return _status_text(status, await resp.read())

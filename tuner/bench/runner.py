@@ -35,6 +35,7 @@ from tuner.bench.stage import Aborted, Stage
 from tuner.bench.types import BenchResult, ErrorClass, LoadPointResult
 from tuner.bench.workload import RequestSpec, build_requests, load_dataset, warmup_specs
 from tuner.errors import BenchmarkError
+from tuner.sglang.auth import ServerAuth
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ async def run_benchmark(
     progress: bool = False,
     settle_s: float | None = None,
     stop: Callable[[], bool] | None = None,
+    auth: ServerAuth | None = None,
 ) -> BenchResult:
     """Run every load point of settings against base_url; partial results if the server dies.
 
@@ -101,6 +103,7 @@ async def run_benchmark(
         base_url,
         max_connections=_connections_needed(settings),
         timeouts=settings.timeouts,
+        auth=auth,
     )
     name = model or ""
     try:
@@ -232,6 +235,7 @@ def benchmark(
     progress: bool = False,
     settle_s: float | None = None,
     stop: Callable[[], bool] | None = None,
+    auth: ServerAuth | None = None,
 ) -> BenchResult:
     """Synchronous run_benchmark on a fresh event loop (uvloop when installed)."""
     coro = run_benchmark(
@@ -242,6 +246,7 @@ def benchmark(
         progress=progress,
         settle_s=settle_s,
         stop=stop,
+        auth=auth,
     )
     try:
         import uvloop

@@ -7,15 +7,18 @@ without launching anything: to compare with a deployment, or with SGLang's own b
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from tuner.bench.serving_json import bench_serving_records
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, Workload, WorkloadKind
 from tuner.bench.types import BenchResult, LoadPointResult
 from tuner.errors import ConfigError
 from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook, write_reference
 from tuner.gate.settings import GateSettings, ReferenceSource
+from tuner.sglang.auth import API_KEY_ENV, auth_for_url
 
 # the workload and load-point flags, by dest (they build a BenchSettings when --space is not given)
 _WORKLOAD_FLAGS = (
@@ -44,6 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     bench.add_argument("--space", type=Path, default=None, help="take workload and load points from here")
     bench.add_argument("--model", default=None, help="model name to send (default: /v1/models' first)")
     bench.add_argument("--json", action="store_true", help="print the whole result as JSON (as `trial`)")
+    bench.add_argument(
+        "--json-format",
+        choices=("tuner", "bench_serving"),
+        default="tuner",
+        help="with --json: the tuner's result, or one line per load point with sglang.bench_serving's keys",
+    )
+    _add_api_key(bench)
     group = bench.add_argument_group("workload and load points (without --space)")
     group.add_argument("--input-len", type=int, default=None, help="prompt tokens (default 1024)")
     group.add_argument("--output-len", type=int, default=None, help="output tokens (default 1024)")
@@ -70,6 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     gate.add_argument("--reference", type=Path, default=None, help="greedy outputs must agree with this file")
     gate.add_argument("--record", type=Path, default=None, help="write this server's greedy outputs here")
     gate.add_argument("--json", action="store_true", help="print the whole result as JSON (as `trial`)")
+    _add_api_key(gate)
     gate.set_defaults(handler=cmd_gate)
 
     ref = sub.add_parser("reference", help="write a reference file from a recorded trial's greedy outputs")
@@ -78,6 +89,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ref.add_argument("--trial", type=int, required=True, metavar="N")
     ref.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     ref.set_defaults(handler=cmd_reference)
+
+
+def _add_api_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"the server's --api-key (default: ${API_KEY_ENV}); sent as a bearer token, never printed",
+    )
 
 
 def bench_settings(args: argparse.Namespace) -> BenchSettings:
@@ -131,8 +150,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tuner.cli.output import print_json
 
     settings = bench_settings(args)
-    result = benchmark(args.url.rstrip("/"), settings, model=args.model, progress=not args.json)
-    if args.json:
+    auth = auth_for_url(args.api_key)
+    result = benchmark(args.url.rstrip("/"), settings, model=args.model, progress=not args.json, auth=auth)
+    if args.json and args.json_format == "bench_serving":
+        for record in bench_serving_records(result, settings):
+            print(json.dumps(record))  # json, as bench_serving writes it (a rate of inf is Infinity)
+    elif args.json:
         print_json(result)
     else:
         print("\n".join(bench_lines(result)))
@@ -212,7 +235,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     settings = gate_settings(args)
     url = args.url.rstrip("/")
     book = ReferenceBook(settings.reference, None) if settings.reference.enabled else None
-    result = gate(url, settings, captured_bs=captured_sizes(url), model=args.model, reference=book)
+    auth = auth_for_url(args.api_key)
+    result = gate(
+        url, settings, captured_bs=captured_sizes(url, auth), model=args.model, reference=book, auth=auth
+    )
     if args.record is not None and result.reference is not None:
         write_reference(args.record, result.reference.outputs, source=f"server {url}", model=result.model)
         print(f"wrote {len(result.reference.outputs)} greedy outputs to {args.record}", file=sys.stderr)

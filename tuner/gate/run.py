@@ -43,6 +43,7 @@ from tuner.gate.checks import (
 )
 from tuner.gate.reference import GreedyOutput, ReferenceBook, ReferenceCheck, agreements
 from tuner.gate.settings import GatePrompt, GateSettings
+from tuner.sglang.auth import ServerAuth, httpx_auth
 
 __all__ = [
     "DEFAULT_BURST_SIZE",
@@ -82,6 +83,7 @@ def gate(
     transport: httpx.AsyncBaseTransport | None = None,
     reference: ReferenceBook | None = None,
     stop: Callable[[], bool] | None = None,
+    auth: ServerAuth | None = None,
 ) -> GateResult:
     """Run the gate from synchronous code (a fresh event loop; not from inside a running one)."""
     return asyncio.run(
@@ -95,6 +97,7 @@ def gate(
             transport=transport,
             reference=reference,
             stop=stop,
+            auth=auth,
         )
     )
 
@@ -110,6 +113,7 @@ async def run_gate(
     transport: httpx.AsyncBaseTransport | None = None,
     reference: ReferenceBook | None = None,
     stop: Callable[[], bool] | None = None,
+    auth: ServerAuth | None = None,
 ) -> GateResult:
     """Ask every prompt sequentially, then as a burst, and judge the answers; then the reference check.
 
@@ -134,7 +138,12 @@ async def run_gate(
     timeout = httpx.Timeout(settings.timeout_s, connect=min(CONNECT_TIMEOUT_S, settings.timeout_s))
     limits = httpx.Limits(max_connections=run.burst_size, max_keepalive_connections=run.burst_size)
     async with httpx.AsyncClient(
-        base_url=base_url, timeout=timeout, limits=limits, transport=transport, trust_env=False
+        base_url=base_url,
+        timeout=timeout,
+        limits=limits,
+        transport=transport,
+        trust_env=False,
+        auth=httpx_auth(auth),
     ) as client:
         work = asyncio.create_task(run.rounds(client, nan_lines))
         watchers = {work}

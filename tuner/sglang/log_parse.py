@@ -78,7 +78,10 @@ _FAILURES = (
     ),
     _signature(FailureKind.CAPTURE_FAILED, True, r"Capture [\w ]*?(?:cuda|CUDA) graph failed.*"),
     _signature(
-        FailureKind.NOT_ENOUGH_MEMORY, True, r"Not enough memory\. Please try to increase --mem-fraction.*"
+        FailureKind.NOT_ENOUGH_MEMORY,
+        True,
+        r"Not enough memory\. Please try to increase --mem-fraction.*",
+        r"Loaded weights leave no GPU memory for the KV cache.*",  # 2026 wording of the same guard
     ),
     _signature(
         FailureKind.KV_EXHAUSTED,
@@ -115,6 +118,11 @@ _FAILURES = (
         FailureKind.WATCHDOG,
         True,
         r"\S+ watchdog timeout \(self\.watchdog_timeout=[^,]*, self\.soft=False\).*",
+    ),
+    # Before `soft` existed the watchdog always killed the server:
+    # `Watchdog timeout (self.watchdog_timeout=300)` (0.5.6 and before).
+    _signature(
+        FailureKind.WATCHDOG, True, r"(?:^|\S+ )[Ww]atchdog timeout \(self\.watchdog_timeout=[^,()]*\).*"
     ),
     _signature(FailureKind.WATCHDOG, False, r"\S+ watchdog timeout \(.*"),
     _signature(FailureKind.CUDA_ERROR, True, r"CUDA error: .*", r".*device-side assert triggered.*"),

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from tuner.config import Outcome, Phase
-from tuner.sglang.log_blame import TRACEBACK_START, blame_backend, block_bounds, frame_stage
+from tuner.sglang.log_blame import TRACEBACK_START, blame_backend, block_bounds
 from tuner.sglang.log_events import (
     CaptureBegin,
     CaptureEnd,
@@ -37,6 +37,14 @@ from tuner.sglang.log_events import (
     WeightLoadEnd,
 )
 from tuner.sglang.log_parse import clean_line, has_prefix, parse_line, strip_ansi
+from tuner.sglang.log_sites import (
+    by_site,
+    continues_traceback,
+    failing_block,
+    failure_site,
+    is_frame_line,
+    where,
+)
 
 
 def is_fatal(line: str) -> bool:
@@ -182,13 +190,16 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
             rank = _priority(event)
             if best is None or rank < best[0] or (rank == best[0] == 2 and _is_error_line(event)):
                 best = (rank, i, event, state)
-        elif TRACEBACK_START.search(line):
-            traceback = (i, state)
+        elif TRACEBACK_START.search(line) or (is_frame_line(line) and not continues_traceback(clean, i)):
+            traceback = (i, state)  # a traceback posted without its header still counts by its frames
         state = state.apply(event)
-    frames_say = frame_stage(clean)
     if best is None:
-        return _unrecognised(clean, traceback, frames_say, state, exit_code, phase)
+        site = failure_site(failing_block(clean, traceback[0])) if traceback is not None else None
+        return _unrecognised(clean, traceback, where(clean, site), state, exit_code, phase)
     _, i, event, before = best
+    site = failure_site(failing_block(clean, i))
+    frames_say = where(clean, site)
+    event = by_site(event, site)
     if event.kind.is_teardown and traceback is None and killed_by_signal(exit_code) is not None:
         return _killed_from_outside(clean, exit_code, f"only teardown lines: {event.line.strip()}")
     if event.kind is FailureKind.CHILD_EXCEPTION:  # the traceback's last line says what broke
@@ -200,7 +211,10 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         event = replace(event, detail=event.line.strip())  # all of `torch.AcceleratorError: CUDA error: ...`
     stage = _stage(before, phase, frames_say, event.kind)
     outcome, message = _verdict(event, stage, exit_code)
-    backend, role = blame_backend(clean, i, state.backends)
+    # A bad flag's line lists the choices it had: naming one of them blames no backend.
+    backend, role = (
+        (None, None) if event.kind is FailureKind.BAD_ARGS else blame_backend(clean, i, state.backends)
+    )
     return FailureVerdict(
         outcome=outcome,
         message=_one_line(message),

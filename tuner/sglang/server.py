@@ -25,6 +25,7 @@ from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts
 from tuner.errors import LaunchError
 from tuner.private import open_private, private_dir
 from tuner.sglang import logs
+from tuner.sglang.auth import ServerAuth, auth_from_argv, httpx_auth
 from tuner.sglang.log_events import Ready
 from tuner.sglang.log_parse import parse_line
 from tuner.sglang.options import version_key
@@ -185,7 +186,10 @@ class ServerProcess:
         stage = "start"
         t = self.spec.timeouts
         health_path = "/ready" if version_key(self.spec.sglang_version) >= (0, 5, 20, 0) else "/health"
-        with httpx.Client(base_url=self.spec.base_url, timeout=httpx.Timeout(10.0, connect=2.0)) as client:
+        auth = httpx_auth(auth_from_argv(self.spec.argv))  # readiness and /server_info carry the launch's key
+        with httpx.Client(
+            base_url=self.spec.base_url, timeout=httpx.Timeout(10.0, connect=2.0), auth=auth
+        ) as client:
             while True:
                 if check is not None:
                     check()
@@ -327,9 +331,11 @@ def _kv_tokens(info: dict[str, Any]) -> int | None:
     return None
 
 
-def server_info(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any] | None:
+def server_info(
+    base_url: str, *, timeout_s: float = 10.0, auth: ServerAuth | None = None
+) -> dict[str, Any] | None:
     """/server_info (or /get_server_info before 0.5.6) of a running server; None if neither answers."""
-    with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False) as client:
+    with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False, auth=httpx_auth(auth)) as client:
         for path in ("/server_info", "/get_server_info"):
             try:
                 resp = client.get(path)
@@ -341,9 +347,9 @@ def server_info(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any] | N
     return None
 
 
-def captured_sizes(base_url: str) -> tuple[int, ...] | None:
+def captured_sizes(base_url: str, auth: ServerAuth | None = None) -> tuple[int, ...] | None:
     """The CUDA-graph batch sizes a running server was started with (its server args); None if unknown."""
-    info = server_info(base_url) or {}
+    info = server_info(base_url, auth=auth) or {}
     if info.get("disable_cuda_graph") or info.get("disable_decode_cuda_graph"):
         return None
     for key in ("cuda_graph_bs_decode", "cuda_graph_bs"):

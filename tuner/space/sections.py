@@ -21,7 +21,7 @@ from tuner.bench.settings import BenchSettings
 from tuner.config import MAX_GPU_INDEX, LaunchTimeouts
 from tuner.errors import ConfigError
 from tuner.gate.settings import GateSettings
-from tuner.metrics import DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, direction_of
+from tuner.metrics import ALIASES, DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, canonical, direction_of
 from tuner.settings import Duration, Settings, mistake, non_empty, show, space_dir
 from tuner.sglang.knobs import VERSION_PATTERN, check_version_text
 
@@ -101,8 +101,11 @@ DIRECTIONS = tuple(d.value for d in Direction)
 
 
 def _known_metric(metric: object) -> None:
-    if isinstance(metric, str) and metric not in OPTIMISABLE:
-        raise mistake(f"unknown metric {show(metric)}; expected one of {', '.join(OPTIMISABLE)}")
+    if isinstance(metric, str) and canonical(metric) not in OPTIMISABLE:
+        raise mistake(
+            f"unknown metric {show(metric)}; expected one of {', '.join(OPTIMISABLE)} "
+            f"(or bench_serving's {', '.join(ALIASES)})"
+        )
 
 
 class Objective(Settings):
@@ -122,6 +125,8 @@ class Objective(Settings):
         _known_metric(metric)
         if not isinstance(metric, str):
             return data
+        metric = canonical(metric)  # bench_serving's name -> the registry's
+        data = {**data, "metric": metric}
         better = direction_of(metric).value
         given = data.get("direction", better)
         if given not in DIRECTIONS:
@@ -161,12 +166,13 @@ class Slo(Settings):
     def _from_text(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict) and space_dir(info) is None:
             _known_metric(data.get("metric"))
-            return data  # built in code
+            metric = data.get("metric")
+            return {**data, "metric": canonical(metric)} if isinstance(metric, str) else data  # built in code
         match = _SLO.fullmatch(data) if isinstance(data, str) else None
         if match is None:
             raise mistake(f'expected "METRIC <= NUMBER" or "METRIC >= NUMBER" (got {show(data)})')
         _known_metric(match.group(1))
-        return {"metric": match.group(1), "op": match.group(2), "bound": float(match.group(3))}
+        return {"metric": canonical(match.group(1)), "op": match.group(2), "bound": float(match.group(3))}
 
 
 class Budget(Settings):
