@@ -34,12 +34,12 @@ from tuner.errors import GpuBusyError, LaunchError, ReleaseTimeoutError
 from tuner.gate.checks import GateResult, GateVerdict
 from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
 from tuner.interrupts import INTERRUPTS
+from tuner.secrets import redact_argv, scrub, secret_values
 from tuner.session import TrialContext, prepare_launch
 from tuner.sglang import logs
 from tuner.sglang.flags import min_gpus
 from tuner.sglang.orphans import LiveServer
 from tuner.sglang.server import ServerProcess
-from tuner.store.codec import redact_argv, scrub, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class _TrialRun:
 
         self._phase(Phase.LAUNCH, self.spec.base_url)
         secrets = secret_values(self.spec.argv, self.spec.env)
-        self.server = ServerProcess(self.spec, scrub=(lambda line: scrub(line, secrets)) if secrets else None)
+        self.server = ServerProcess(self.spec, scrub=lambda line: scrub(line, secrets))
         marker: tuple[tuple[str, str], ...] = ()
         if ctx.live is not None:
             # intent first: a kill between here and the pid below still leaves a record to find it by

@@ -18,10 +18,12 @@ from typing import Any
 import yaml
 
 from tuner.errors import FlagError, ProfileError
+from tuner.names import one_line
 from tuner.report.export import Profile, Spread, knob_line
+from tuner.secrets import REDACTED, is_secret_env, is_secret_flag, redact_argv, redact_env
 from tuner.sglang.config_yaml import config_yaml
 from tuner.sglang.options import OptionTable
-from tuner.store.codec import REDACTED, is_secret_env, is_secret_flag, redact_argv, redact_env, to_jsonable
+from tuner.store.codec import to_jsonable
 
 __all__ = ["FORMATS", "launch_flags", "render", "render_json", "render_sh", "render_yaml", "split_launcher"]
 
@@ -127,7 +129,8 @@ def provenance(profile: Profile) -> list[str]:
 
 
 def _comment(lines: Sequence[str]) -> str:
-    return "".join(f"# {line}\n" if line else "#\n" for line in lines)
+    """Comment lines; a control character in any value (a newline in a study name) is escaped, never run."""
+    return "".join(f"# {one_line(line)}\n" if line else "#\n" for line in lines)
 
 
 # ------------------------------------------------------------------------------------- shell

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from tuner.config import CudaGraph
+from tuner.names import control_problem
 
 PARAM_NAME = r"[A-Za-z][A-Za-z0-9_.-]*"
 RESERVED_NAMES = frozenset({"reason"})
@@ -240,6 +241,8 @@ def split_backend_pair(code: str) -> tuple[str, str]:
 
 def encode_value(param: Param, raw: Any) -> Any:
     """A raw YAML value for `param` in the form the sampler stores; ValueError with what was expected."""
+    if isinstance(raw, str) and control_problem(raw):
+        raise ValueError("printable text (no control characters: it becomes part of a launch command)")
     if param.kind is ParamKind.CUDA_GRAPH:
         return encode_cuda_graph(raw)
     if param.kind is ParamKind.BACKEND_PAIR:
@@ -264,6 +267,8 @@ def encode_value(param: Param, raw: Any) -> Any:
 def parse_text(param: Param, text: str) -> Any:
     """A command-line value (`--set name=text`) for `param`, encoded; ValueError otherwise."""
     stripped = text.strip()
+    if control_problem(stripped):
+        raise ValueError("printable text (no control characters: it becomes part of a launch command)")
     if param.kind is ParamKind.CUDA_GRAPH:
         return encode_cuda_graph(stripped)
     if param.kind is ParamKind.BACKEND_PAIR:
