@@ -220,10 +220,13 @@ def render_yaml(profile: Profile, table: OptionTable) -> str:
     ]
     if secret:
         notes.append(f"Left out (secrets; give them on the command line): {', '.join(secret)}")
-    # one key per line, lists inline: `cuda-graph-bs: [1, 2, 4, 8]`
+    # one key per line, lists inline: `cuda-graph-bs: [1, 2, 4, 8]`; text with control characters
+    # double-quoted with escapes, so it stays on its line
     text = "".join(
         f"{k}: {yaml.safe_dump(v, default_flow_style=True, width=1000).strip()}\n"
         if isinstance(v, list)
+        else f"{k}: {json.dumps(v)}\n"
+        if isinstance(v, str) and one_line(v) != v
         else yaml.safe_dump({k: v}, default_flow_style=False, width=1000)
         for k, v in mapping.items()
     )
