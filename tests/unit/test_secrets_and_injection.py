@@ -1,4 +1,4 @@
-"""tuner.secrets (the one secrets rule) and tuner.names: no exported file runs injected text or leaks a secret."""
+"""tuner.secrets (the one secrets rule) and tuner.names: no export runs injected text or leaks a secret."""
 
 from __future__ import annotations
 
