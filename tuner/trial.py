@@ -113,6 +113,10 @@ class _TrialRun:
             return self._result(failure)
         except (GpuBusyError, LaunchError) as exc:
             failure = Failure(outcome=Outcome.INFRA_ERROR, phase=self.current, message=str(exc))
+        except OSError as exc:  # the machine's fault (a full disk under runs/), not the configuration's
+            where = exc.filename or f"under {self.ctx.space.log_dir}"
+            message = f"cannot write {where}: {exc.strerror or exc} (the machine's fault; retried)"
+            failure = Failure(outcome=Outcome.INFRA_ERROR, phase=self.current, message=message)
         release_error = self._teardown()
         result = self._result(failure)
         if release_error is not None:
