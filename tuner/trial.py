@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Literal, TypeVar, cast
 
 from tuner.bench.types import BenchResult
+from tuner.bench.verdict import failed_problem, hang_message
 from tuner.config import (
     Failure,
     GpuInfo,
@@ -231,11 +232,17 @@ class _TrialRun:
         INTERRUPTS.check()
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
+        if result.hung:
+            message = hang_message(space.bench.timeouts.idle_read_s)
+            return Failure(outcome=Outcome.HANG, phase=Phase.BENCH, message=message)
         metrics = result.objective_metrics
         if metrics is None or not metrics.completed:
             return Failure(
                 outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message="no benchmark request completed"
             )
+        failed = failed_problem(result, space.bench.max_failed_fraction)
+        if failed is not None:
+            return Failure(outcome=Outcome.BENCH_ERRORS, phase=Phase.BENCH, message=failed)
         if result.client_bound:
             lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
             return Failure(

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from tuner.metrics import BENCH_METRICS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 ATTEMPT_UNIQUE = "uq_tuner_trials_attempt"  # (study, config_hash, attempt): one number per run
 
@@ -112,8 +112,18 @@ def _unique_attempts(conn: sa.Connection) -> None:
     next(i for i in t.indexes if i.name == ATTEMPT_UNIQUE).create(conn, checkfirst=True)
 
 
+def _metric_columns(conn: sa.Connection) -> None:
+    """Version 2 -> 3: a column for every metric the registry gained (failed_requests, failed_fraction)."""
+    have = {c["name"] for c in sa.inspect(conn).get_columns(trials_table.name)}
+    for name in BENCH_METRICS:
+        if name not in have:
+            column = sa.Column(name, sa.Float)
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.exec_driver_sql(f"ALTER TABLE {trials_table.name} ADD COLUMN {name} {kind}")
+
+
 # version -> function that upgrades a database at that version to version + 1.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _unique_attempts}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _unique_attempts, 2: _metric_columns}
 
 
 class NewerSchemaError(Exception):
