@@ -69,6 +69,7 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
             "--sim-sglang-version",
             version,
             *(("--sim-gpu-backed",) if spec.gpu_backed else ()),
+            *(part for item in spec.sim_inject for part in ("--sim-inject", item)),
         )
         table = option_table_for(version, None)
         return Engine(

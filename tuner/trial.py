@@ -237,9 +237,9 @@ class _TrialRun:
             return Failure(outcome=Outcome.HANG, phase=Phase.BENCH, message=message)
         metrics = result.objective_metrics
         if metrics is None or not metrics.completed:
-            return Failure(
-                outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message="no benchmark request completed"
-            )
+            why = failed_problem(result, 0.0)
+            message = "no benchmark request completed" + (f": {why}" if why else "")
+            return Failure(outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message=message)
         failed = failed_problem(result, space.bench.max_failed_fraction)
         if failed is not None:
             return Failure(outcome=Outcome.BENCH_ERRORS, phase=Phase.BENCH, message=failed)

@@ -13,7 +13,9 @@ __all__ = ["failed_line", "failed_problem", "hang_message"]
 
 
 def _classes(point: LoadPointResult) -> str:
-    return ", ".join(f"{name} {count}" for name, count in point.metrics.errors) or "no class"
+    classes = ", ".join(f"{name} {count}" for name, count in point.metrics.errors) or "no class"
+    first = next((r.error_text for r in point.records if not r.success and r.error_text), "")
+    return f"{classes}; first: {first[:160]}" if first else classes
 
 
 def failed_problem(result: BenchResult, max_failed_fraction: float) -> str | None:

@@ -26,6 +26,7 @@ from tuner.sim import args as simargs
 from tuner.sim import logfmt, memory, statefiles
 from tuner.sim.child import ChildJob, run_child
 from tuner.sim.engine import Engine, Request
+from tuner.sim.faults import BenchFaults
 from tuner.sim.resolve import Launch, at_least, resolve_launch
 from tuner.sim.routes import make_app
 from tuner.sim.scenario import Scenario, load_scenario
@@ -226,6 +227,11 @@ async def _serve(
         argv=("python", "-m", "tuner.sim", *argv),
         drift_at=sim.inject.drift_at,
         kv_canary_violation=sim.inject.kv_canary_violation,
+        faults=BenchFaults(
+            http_error_rate=sim.inject.http_error_rate,
+            bad_usage=sim.inject.bad_usage,
+            freeze_at=sim.inject.freeze_at,
+        ),
     )
     _handle_signals(state, stop, child, ignore_sigterm=sim.inject.ignore_sigterm)
     engine_task = asyncio.create_task(engine.run())

@@ -40,7 +40,7 @@ def _release(value: object) -> object:
 class EngineSpec(Settings):
     """What serves a trial: real SGLang or the simulator, started with the same flags."""
 
-    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version", "gpu_backed")
+    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version", "gpu_backed", "sim_inject")
 
     kind: Literal["sglang", "sim"]
     python: str = Field(default=sys.executable, min_length=1)
@@ -53,6 +53,10 @@ class EngineSpec(Settings):
     )
     # sim only: hold real GPU memory for the model (torch) and read it through NVML
     gpu_backed: bool = False
+    # sim only: faults to inject, each KEY=VALUE as `--sim-inject` takes it (http_error_rate=0.5, ...)
+    sim_inject: tuple[Annotated[str, Field(pattern=r"^[a-z_]+=[A-Za-z0-9_.:-]+$")], ...] = Field(
+        default=(), strict=False
+    )
 
     @property
     def module(self) -> str:
