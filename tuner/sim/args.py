@@ -56,6 +56,7 @@ class SimOptions:
     seed: int | None = None
     noise_pct: float | None = None  # overrides the scenario's perf.noise_pct (0: noise-free)
     gpu_backed: bool = False  # hold real device memory (torch) instead of publishing state files
+    publish_gpus: bool = False  # only write the scenario's gpus.json into the state directory, then exit
     inject: Injections = field(default_factory=Injections)
 
 
@@ -84,6 +85,10 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
             i += 1
             continue
         name, eq, value = token.partition("=")
+        if name == "--sim-publish-gpus" and not eq:
+            values["publish_gpus"] = True
+            i += 1
+            continue
         if name == "--sim-gpu-backed":
             if eq and value not in ("true", "1"):
                 raise SimFlagError(f"argument --sim-gpu-backed: ignored explicit argument {value!r}")

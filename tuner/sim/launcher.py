@@ -21,6 +21,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from tuner.errors import TunerError
+from tuner.gpu.statefile import STATE_ENV
 from tuner.sglang.options import builtin_table
 from tuner.sim import args as simargs
 from tuner.sim import logfmt, memory, statefiles
@@ -93,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     except TunerError as exc:
         sys.stderr.write(f"tuner.sim: error: {exc}\n")
         return 2
+    if sim.publish_gpus:  # the tuner checks GPU indices against the scenario before any launch
+        directory = statefiles.state_dir()
+        if directory is None:
+            sys.stderr.write(f"tuner.sim: error: --sim-publish-gpus needs {STATE_ENV}\n")
+            return 2
+        statefiles.publish_gpus(directory, scenario)
+        return 0
     for warning in simargs.deprecation_warnings(table, rest):
         sys.stderr.write(warning + "\n")
     given = simargs.parse_sglang_argv(table, rest)  # exits 2 like SGLang
