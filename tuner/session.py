@@ -69,6 +69,7 @@ def trial_session(
     run_dir = Path(space.log_dir)
     engine = engine_for(space, state_root=state_root or run_dir)
     probe = probe_for(engine)
+    live: LiveServers | None = None
     try:
         check_gpu_indices(probe, space.gpus)
         live = LiveServers(run_dir)
@@ -88,6 +89,9 @@ def trial_session(
             gate=gate_stage,
         )
     finally:
+        if live is not None:  # a worker that died beside this one after its last launch left a server
+            with contextlib.suppress(Exception):
+                live.stop_orphans(running=True)
         with contextlib.suppress(Exception):
             probe.close()
 

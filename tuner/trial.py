@@ -133,6 +133,8 @@ class _TrialRun:
         self.spec = prepared
 
         self._phase(Phase.WAIT_GPUS)
+        if ctx.live is not None:  # a worker that died beside this one on this host left its server
+            ctx.live.stop_orphans(running=True)
         indices = self._gpu_indices()
         flags = self.spec.argv[len(ctx.engine.launcher) :]
         needed = min_gpus(flags, ctx.engine.table)
@@ -292,8 +294,11 @@ class _TrialRun:
         server = self.server
         pids = server.our_pids()
         self._timed("teardown", server.stop)
-        if self.ctx.live is not None and self.live is not None:
-            self.ctx.live.remove(self.live)  # only once the server is gone
+        if self.ctx.live is not None:
+            if self.live is not None:
+                self.ctx.live.remove(self.live)  # only once the server is gone
+            # a worker that died beside this one meanwhile: its server's memory is not ours to wait for
+            self.ctx.live.stop_orphans(running=True)
         indices = self._gpu_indices()
         try:
             self._timed(

@@ -7,6 +7,7 @@ output lines, invariants afterwards (no trial RUNNING, no server left, the basel
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -63,3 +64,36 @@ def test_a_full_runs_disk_is_the_machines_fault_and_the_baseline_is_measured_aft
     measured = [n for n, o, *_ in facts.rows if o == "ok"]
     assert any(facts.attrs[n].get("retry_reason") == "infra_error" for n in measured), facts.attrs
     assert STUDY in resumed.output
+
+
+def test_a_worker_sigkilled_in_its_gate_leaves_no_server_behind_the_survivor(tmp_path: Path) -> None:
+    """Two workers on one host and one study; one dies in its gate: the survivor stops its server
+    before launching on that GPU, finishes the budget, and nothing is left running."""
+    make_space(tmp_path)
+    victim, survivor = Tuner(tmp_path, 4), Tuner(tmp_path, 4)
+    victim.wait_line(r"^trial \d+: gate", timeout_s=60)
+    victim.signal(signal.SIGKILL)
+    victim.wait(30)
+    assert survivor.wait(120) == 0, survivor.output[-3000:]
+    assert "launching anyway" not in survivor.output, survivor.output[-3000:]
+    facts = check_invariants(tmp_path, complete=4)  # no server, no live record, nothing RUNNING
+    assert any(a.get("retry_reason") == "worker died" for a in facts.attrs.values()), facts.attrs
+
+
+def test_a_server_frozen_in_the_benchmark_is_a_hang_and_the_study_goes_on(tmp_path: Path) -> None:
+    """SIGSTOP of the server during the benchmark: the trial is a hang (a result), the frozen
+    server is killed, the next trials are measured."""
+    make_space(
+        tmp_path,
+        replace={
+            "  scenario: tiny-fast\n": '  scenario: tiny-fast\n  sim_inject: ["freeze_at=bench"]\n',
+            "idle_read: 5s": "idle_read: 1s",
+            "sigint_grace: 2s": "sigint_grace: 0.3s",
+            "sigterm_grace: 2s": "sigterm_grace: 0.3s",
+        },
+    )
+    tuner = Tuner(tmp_path, 2)
+    assert tuner.wait(120) == 0, tuner.output[-3000:]
+    facts = check_invariants(tmp_path, complete=2)
+    assert [o for _, o, *_ in facts.rows] == ["hang", "hang"], facts.rows
+    assert "no progress on any open request" in tuner.output

@@ -99,6 +99,7 @@ def test_gpus_the_node_does_not_have_are_one_line_before_any_launch(
     code = main(["trial", "--space", "space.yaml", "--gpus", "5"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert code == 2 and err == [
-        "error: gpus: GPU 5 is not on this node (its GPUs: 0); expected --gpus or the space's gpus: among them"
+        "error: gpus: GPU 5 is not on this node (its GPUs: 0); "
+        "expected --gpus or the space's gpus: among them"
     ]
     assert not list((tmp_path / "runs").glob("*/logs/*.log")), "a server was launched"
