@@ -52,6 +52,7 @@ class Outcome(str, Enum):
     GATE_ERROR = "gate_error"
     CRASHED_DURING_BENCH = "crashed_during_bench"
     BENCH_FAILED = "bench_failed"
+    BENCH_ERRORS = "bench_errors"  # more failed benchmark requests than bench.max_failed_fraction allows
     SLO_VIOLATION = "slo_violation"
     INTERRUPTED = "interrupted"
     INFRA_ERROR = "infra_error"

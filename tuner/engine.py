@@ -8,7 +8,10 @@ device memory seen by NVML in its GPU-backed mode).
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +42,9 @@ class Engine:
     sglang_version: str
     table: OptionTable
     gpu_state_dir: Path | None = None
+    # argv that publishes the GPU list into gpu_state_dir before any server ran (the stand-in's
+    # scenario GPUs), so GPU indices are checked before the first launch
+    publish_gpus: tuple[str, ...] = ()
 
 
 def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: str | None = None) -> Engine:
@@ -69,6 +75,7 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
             "--sim-sglang-version",
             version,
             *(("--sim-gpu-backed",) if spec.gpu_backed else ()),
+            *(part for item in spec.sim_inject for part in ("--sim-inject", item)),
         )
         table = option_table_for(version, None)
         return Engine(
@@ -78,6 +85,7 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
             sglang_version=version,
             table=table,
             gpu_state_dir=state_dir,
+            publish_gpus=(*launcher, "--sim-publish-gpus") if state_dir is not None else (),
         )
     if spec.kind == "sglang":
         python = spec.python or sys.executable
@@ -115,5 +123,20 @@ def probe_for(engine: Engine) -> GpuProbe:
     which holds real device memory and publishes no state files.
     """
     if engine.gpu_state_dir is not None:
-        return FileGpuProbe(engine.gpu_state_dir)
+        publish = functools.partial(_publish_gpus, engine) if engine.publish_gpus else None
+        return FileGpuProbe(engine.gpu_state_dir, publish=publish)
     return NvmlProbe()
+
+
+def _publish_gpus(engine: Engine) -> None:
+    """Run the engine's GPU-publishing command once (a few hundred ms); a failure leaves the list empty."""
+    env = {**os.environ, **dict(engine.env)}
+    try:
+        done = subprocess.run(
+            list(engine.publish_gpus), env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("could not list the engine's GPUs: %s", exc)
+        return
+    if done.returncode != 0:
+        log.warning("could not list the engine's GPUs: %s", (done.stderr.strip().splitlines() or ["?"])[-1])

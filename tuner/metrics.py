@@ -168,6 +168,22 @@ _ALL = (
     _latency_metric("e2e", "median_ms", "request latency, sent to last event"),
     _latency_metric("e2e", "p99_ms", "request latency, sent to last event"),
     _bench("concurrency", None, "requests", "Σ e2e / duration: requests in flight on average"),
+    Metric(
+        name="failed_requests",
+        direction=_MIN,
+        unit="requests",
+        source=Source.BENCH,
+        doc="requests of the load point that failed, any error class (the classes: the bench record)",
+        read=lambda m: float(m.failed),
+    ),
+    Metric(
+        name="failed_fraction",
+        direction=_MIN,
+        unit="",
+        source=Source.BENCH,
+        doc="failed / (completed + failed) requests of the load point",
+        read=lambda m: m.failed / (m.completed + m.failed) if m.completed + m.failed else None,
+    ),
 )
 
 METRICS: Mapping[str, Metric] = {m.name: m for m in _ALL}

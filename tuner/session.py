@@ -21,7 +21,7 @@ from tuner.bench.runner import benchmark
 from tuner.bench.types import BenchResult
 from tuner.config import Failure, LaunchSpec, Outcome, Phase, TrialConfig
 from tuner.engine import Engine, engine_for, probe_for
-from tuner.errors import FlagError
+from tuner.errors import ConfigError, FlagError
 from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook
 from tuner.gate.run import gate
@@ -69,7 +69,9 @@ def trial_session(
     run_dir = Path(space.log_dir)
     engine = engine_for(space, state_root=state_root or run_dir)
     probe = probe_for(engine)
+    live: LiveServers | None = None
     try:
+        check_gpu_indices(probe, space.gpus)
         live = LiveServers(run_dir)
         killed = live.stop_orphans()
         if killed:
@@ -87,8 +89,25 @@ def trial_session(
             gate=gate_stage,
         )
     finally:
+        if live is not None:  # a worker that died beside this one after its last launch left a server
+            with contextlib.suppress(Exception):
+                live.stop_orphans(running=True)
         with contextlib.suppress(Exception):
             probe.close()
+
+
+def check_gpu_indices(probe: GpuProbe, wanted: Sequence[int]) -> None:
+    """ConfigError (one line, before any launch) when a GPU asked for is not on this node."""
+    if not wanted:
+        return
+    present = sorted(d.index for d in probe.devices())
+    missing = [g for g in wanted if g not in present]
+    if missing:
+        have = ", ".join(map(str, present)) or "none"
+        raise ConfigError(
+            f"gpus: GPU {', '.join(map(str, missing))} is not on this node (its GPUs: {have}); "
+            "expected --gpus or the space's gpus: among them"
+        )
 
 
 def render_launch(

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Literal, TypeVar, cast
 
 from tuner.bench.types import BenchResult
+from tuner.bench.verdict import failed_problem, hang_message
 from tuner.config import (
     Failure,
     GpuInfo,
@@ -34,13 +35,13 @@ from tuner.gate.checks import GateResult, GateVerdict
 from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
 from tuner.interrupts import INTERRUPTS
 from tuner.result import TrialResult
+from tuner.secrets import redact_argv, scrub, secret_values
 from tuner.session import TrialContext, prepare_launch
 from tuner.sglang import logs
 from tuner.sglang.auth import ServerAuth, auth_from_argv
 from tuner.sglang.flags import min_gpus
 from tuner.sglang.orphans import LiveServer
 from tuner.sglang.server import ServerProcess
-from tuner.store.codec import redact_argv, scrub, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,10 @@ class _TrialRun:
             return self._result(failure)
         except (GpuBusyError, LaunchError) as exc:
             failure = Failure(outcome=Outcome.INFRA_ERROR, phase=self.current, message=str(exc))
+        except OSError as exc:  # the machine's fault (a full disk under runs/), not the configuration's
+            where = exc.filename or f"under {self.ctx.space.log_dir}"
+            message = f"cannot write {where}: {exc.strerror or exc} (the machine's fault; retried)"
+            failure = Failure(outcome=Outcome.INFRA_ERROR, phase=self.current, message=message)
         release_error = self._teardown()
         result = self._result(failure)
         if release_error is not None:
@@ -129,6 +134,8 @@ class _TrialRun:
         self.spec = prepared
 
         self._phase(Phase.WAIT_GPUS)
+        if ctx.live is not None:  # a worker that died beside this one on this host left its server
+            ctx.live.stop_orphans(running=True)
         indices = self._gpu_indices()
         flags = self.spec.argv[len(ctx.engine.launcher) :]
         needed = min_gpus(flags, ctx.engine.table)
@@ -155,7 +162,7 @@ class _TrialRun:
 
         self._phase(Phase.LAUNCH, self.spec.base_url)
         secrets = secret_values(self.spec.argv, self.spec.env)
-        self.server = ServerProcess(self.spec, scrub=(lambda line: scrub(line, secrets)) if secrets else None)
+        self.server = ServerProcess(self.spec, scrub=lambda line: scrub(line, secrets))
         marker: tuple[tuple[str, str], ...] = ()
         if ctx.live is not None:
             # intent first: a kill between here and the pid below still leaves a record to find it by
@@ -235,11 +242,17 @@ class _TrialRun:
         INTERRUPTS.check()
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
+        if result.hung:
+            message = hang_message(space.bench.timeouts.idle_read_s)
+            return Failure(outcome=Outcome.HANG, phase=Phase.BENCH, message=message)
         metrics = result.objective_metrics
         if metrics is None or not metrics.completed:
-            return Failure(
-                outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message="no benchmark request completed"
-            )
+            why = failed_problem(result, 0.0)
+            message = "no benchmark request completed" + (f": {why}" if why else "")
+            return Failure(outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message=message)
+        failed = failed_problem(result, space.bench.max_failed_fraction)
+        if failed is not None:
+            return Failure(outcome=Outcome.BENCH_ERRORS, phase=Phase.BENCH, message=failed)
         if result.client_bound:
             lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
             return Failure(
@@ -289,8 +302,11 @@ class _TrialRun:
         server = self.server
         pids = server.our_pids()
         self._timed("teardown", server.stop)
-        if self.ctx.live is not None and self.live is not None:
-            self.ctx.live.remove(self.live)  # only once the server is gone
+        if self.ctx.live is not None:
+            if self.live is not None:
+                self.ctx.live.remove(self.live)  # only once the server is gone
+            # a worker that died beside this one meanwhile: its server's memory is not ours to wait for
+            self.ctx.live.stop_orphans(running=True)
         indices = self._gpu_indices()
         try:
             self._timed(

@@ -70,6 +70,59 @@ def _foreign_db(tmp: Path) -> None:
 
 
 RUN = ("run", "--space", "space.yaml", "--db", "exp.db", "--plain")
+
+
+def _alias_bomb() -> bytes:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    return _space(**{"version: 1\n": "version: 1\n" + "\n".join(lines) + "\n"})
+
+
+def _with_space(*argv: str, **edits: str) -> tuple[tuple[str, bytes], ...]:
+    return (("space.yaml", _space(**edits)),)
+
+
+# Injected text, names that would be paths, values the store or a launch cannot hold, alias bombs.
+HARDENING = [
+    Case("study-newline", (*RUN, "--study", "s\ntouch /tmp/PWNED #"), "--study", _with_space()),
+    Case("study-empty", (*RUN, "--study", ""), "--study", _with_space()),
+    Case("study-300-chars", (*RUN, "--study", "s" * 300), "at most 120", _with_space()),
+    Case("study-slash", (*RUN, "--study", "../x"), "--study", _with_space()),
+    Case("version-escapes", RUN, "runs/ folder", _with_space(**{"version: 1": 'version: "1/../../../x"'})),
+    Case("space-name-300", RUN, "at most 100", _with_space(**{"name: tiny-fast-sim": "name: " + "n" * 300})),
+    Case(
+        "choice-newline",
+        RUN,
+        "control characters",
+        _with_space(**{"choices: [null, 2048, 4096]": 'choices: [null, "a\\ntouch PWNED"]'}),
+    ),
+    Case("int-above-2-63", RUN, "2**63", _with_space(**{"[off, 8, 16]": "[off, 8, 99999999999999999999]"})),
+    Case("bound-above-2-63", RUN, "2**63", _with_space(**{"high: 0.90": "high: 18446744073709551617"})),
+    Case(
+        "env-nul",
+        RUN,
+        "control character",
+        _with_space(**{"gpu_busy_policy": 'env: {A: "x\\0y"}\ngpu_busy_policy'}),
+    ),
+    Case(
+        "env-unclosed-var",
+        RUN,
+        "unclosed",
+        _with_space(**{"gpu_busy_policy": 'env: {A: "${NOPE_UNSET_VAR"}\ngpu_busy_policy'}),
+    ),
+    Case("fixed-flag-newline", RUN, "control character", _with_space(**{"/models/tiny": '"/m\\nx"'})),
+    Case("alias-bomb", RUN, "alias bomb", (("space.yaml", _alias_bomb()),)),
+    Case("seed-huge", (*RUN, "--seed", "99999999999999999999"), "--seed", _with_space()),
+    Case("seed-negative", (*RUN, "--seed=-1"), "--seed", _with_space()),
+    Case("sampler-seed-huge", RUN, "seed", _with_space(**{"seed: 1": "seed: 99999999999"})),
+    Case("gpus-empty-item", (*RUN, "--gpus", "0,,1"), "--gpus", _with_space()),
+    Case(
+        "set-newline",
+        ("trial", "--space", "space.yaml", "--set", "chunked-prefill-size=a\nb"),
+        "control characters",
+        _with_space(),
+    ),
+]
 TABLE = [
     Case("binary-space", RUN, "not UTF-8", (("space.yaml", bytes(range(256)) * 4),)),
     Case("latin1-space", RUN, "not UTF-8", (("space.yaml", "name: caf\xe9\n".encode("latin-1")),)),
@@ -184,6 +237,7 @@ TABLE = [
         (("space.yaml", _space()),),
     ),
     Case("unknown-option", ("status", "--bogus"), "unrecognized arguments"),
+    *[Case(f"hardening-{c.id}", c.argv, c.phrase, c.files, c.make) for c in HARDENING],
     Case("unknown-command", ("launch",), "invalid choice"),
 ]
 

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from tuner.private import write_private
+from tuner.secrets import redact_argv
 from tuner.sglang.orphans import MARKER_ENV, LiveServers
-from tuner.store.codec import redact_argv
 
 pytestmark = pytest.mark.integration
 

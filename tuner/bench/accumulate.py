@@ -15,6 +15,15 @@ from tuner.bench.types import ErrorClass, OutputSource, RequestRecord
 from tuner.bench.workload import RequestSpec
 
 ERROR_TEXT_MAX = 500
+MAX_USAGE_TOKENS = 10_000_000  # more tokens in one request than any context holds: not a real count
+
+
+def usage_problem(name: str, value: object) -> str | None:
+    """Why a usage count cannot be true (negative, absurdly large, not an integer), or None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_USAGE_TOKENS:
+        expected = f"expected an integer 0..{MAX_USAGE_TOKENS:,}"
+        return f"usage.{name} {repr(value)[:40]} is not a plausible token count ({expected})"
+    return None
 
 
 class StreamAccumulator:
@@ -32,6 +41,7 @@ class StreamAccumulator:
         "prompt_tokens",
         "error_text",
         "bad_payload",
+        "bad_usage",
     )
 
     def __init__(self, api: Api) -> None:
@@ -46,6 +56,7 @@ class StreamAccumulator:
         self.prompt_tokens: int | None = None
         self.error_text = ""
         self.bad_payload = ""
+        self.bad_usage = ""
 
     def add(self, payload: bytes, t: float) -> bool:
         """Take one payload that arrived at t; True if it was a content event."""
@@ -75,8 +86,7 @@ class StreamAccumulator:
                 content = True
         usage = obj.get("usage")
         if usage:
-            self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
-            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+            self._take_usage(usage)
         if "error" in obj or obj.get("object") == "error":
             err = obj.get("error", obj)
             msg = err.get("message", err) if isinstance(err, dict) else err
@@ -89,6 +99,21 @@ class StreamAccumulator:
             self.t_prev = t
             self.events += 1
         return content
+
+    def _take_usage(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            self.bad_usage = self.bad_usage or f"usage {repr(usage)[:40]} is not an object"
+            return
+        for name in ("completion_tokens", "prompt_tokens"):
+            if name not in usage:
+                continue
+            problem = usage_problem(name, usage[name])
+            if problem:
+                self.bad_usage = self.bad_usage or problem
+            elif name == "completion_tokens":
+                self.completion_tokens = usage[name]
+            else:
+                self.prompt_tokens = usage[name]
 
     def record(
         self,
@@ -107,6 +132,8 @@ class StreamAccumulator:
                 error, error_text = ErrorClass.STREAM_ERROR, self.error_text
             elif self.bad_payload:
                 error, error_text = ErrorClass.BAD_EVENT, self.bad_payload
+            elif self.bad_usage:
+                error, error_text = ErrorClass.BAD_USAGE, self.bad_usage
             elif self.events == 0:
                 error, error_text = ErrorClass.NO_CONTENT, "stream ended without a content event"
         success = error is None

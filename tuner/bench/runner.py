@@ -135,6 +135,7 @@ async def run_benchmark(
         model=name,
         crashed=stage.reason is ErrorClass.SERVER_DIED,
         deadline_hit=stage.reason is ErrorClass.DEADLINE,
+        hung=stage.reason is ErrorClass.HANG,
         client_bound=check.client_bound,
         client_cpu_share=check.cpu_share,
         loop_lag_p99_ms=check.loop_lag_p99_ms,

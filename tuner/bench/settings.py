@@ -116,6 +116,8 @@ class BenchSettings(Settings):
     timeouts: RequestTimeouts = Field(default_factory=RequestTimeouts)
     self_check: SelfCheckSettings = Field(default_factory=SelfCheckSettings)
     objective_point: int = -1  # which load point's metrics feed the objectives
+    # a load point with a larger share of failed requests fails the trial as bench_errors
+    max_failed_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _objective_point_exists(self) -> BenchSettings:

@@ -1,6 +1,7 @@
 """The live state of one benchmark run: requests in flight, the watchdog, the abort reason.
 
-The watchdog enforces per-request first-content and idle limits and the stage deadline, and
+The watchdog enforces per-request first-content and idle limits and the stage deadline, ends the
+stage as a hang when requests are open and none progressed for the idle limit (a frozen server), and
 polls `server_died` and `stop` (a stop request) every 20 ms: when one fires, every request still
 queued or in flight is cancelled with a reason, so it is recorded as a failed request of that class.
 """
@@ -47,6 +48,7 @@ class Stage:
         self.reason: ErrorClass | None = None
         self.aborted = asyncio.Event()
         self.flights: dict[asyncio.Task[RequestRecord], Flight] = {}
+        self.progress_at = perf_counter()  # the last request that finished (bytes count via flights)
 
     def abort(self, reason: ErrorClass) -> None:
         if self.reason is not None:
@@ -81,6 +83,9 @@ class Stage:
             if tick % TIMEOUT_EVERY_TICKS:
                 continue
             now = perf_counter()
+            if self._stalled(now, idle_s):
+                self.abort(ErrorClass.HANG)
+                continue
             for task, f in list(self.flights.items()):
                 if f.t_sent is None or f.reason is not None:
                     continue
@@ -90,6 +95,11 @@ class Stage:
                 elif f.has_content and now - f.t_activity > idle_s:
                     f.reason = ErrorClass.IDLE_TIMEOUT
                     task.cancel()
+
+    def _stalled(self, now: float, idle_s: float) -> bool:
+        """Requests are open and none made progress (a byte, a finish) for `idle_s`: the server froze."""
+        sent = [max(f.t_sent, f.t_activity) for f in self.flights.values() if f.t_sent is not None]
+        return bool(sent) and now - max(self.progress_at, *sent) > idle_s
 
     async def race(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await coro unless the stage is aborted first (then cancel it and raise Aborted).
@@ -175,6 +185,7 @@ class Stage:
 
     def _forget(self, task: asyncio.Task[RequestRecord]) -> None:
         self.flights.pop(task, None)
+        self.progress_at = perf_counter()
 
     async def _one(
         self,

@@ -29,6 +29,8 @@ class ErrorClass(str, Enum):
     DEADLINE = "deadline"  # cancelled at the stage deadline
     INTERRUPTED = "interrupted"  # cancelled at a stop request (Ctrl-C, SIGTERM)
     CLIENT_ERROR = "client_error"  # anything else raised on our side (a bug; text has the repr)
+    BAD_USAGE = "bad_usage"  # usage counts no server could mean (negative, absurdly large, not an integer)
+    HANG = "hang"  # no progress on any open request for timeouts.idle_read_s: the server froze
 
 
 class OutputSource(str, Enum):
@@ -158,8 +160,6 @@ class BenchMetrics:
     output_tokens_source: str | None  # "usage" | "requested" | "mixed"; None if nothing completed
 
 
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoadPointResult:
     """One load point: what was asked, what was measured, and the raw records."""
@@ -181,6 +181,7 @@ class BenchResult:
     model: str = ""
     crashed: bool = False  # the server died during the stage; results are partial
     deadline_hit: bool = False  # the stage deadline ended it; results are partial
+    hung: bool = False  # no progress on any open request for the idle timeout ended it (a frozen server)
     client_bound: bool = False  # the client, not the server, may have been the bottleneck
     client_cpu_share: float  # client process CPU time / wall time of the stage
     loop_lag_p99_ms: float | None  # event-loop overshoot of a 10 ms sleep, p99; None if unsampled

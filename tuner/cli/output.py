@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 
 from tuner.config import MAX_GPU_INDEX
 from tuner.space.source import parse_duration
@@ -26,7 +27,7 @@ def gpu_list(text: str) -> tuple[int, ...]:
     """An argparse type: 0,1,2,3 -> (0, 1, 2, 3)."""
     expected = f"expected GPU indices 0..{MAX_GPU_INDEX} such as 0,1,2,3 (got {text[:40]!r})"
     try:
-        gpus = tuple(int(part) for part in text.split(",") if part.strip())
+        gpus = tuple(int(part) for part in text.split(","))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(expected) from exc
     if not gpus or any(not 0 <= g <= MAX_GPU_INDEX for g in gpus):
@@ -45,6 +46,44 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1 (got {value})")
     return value
+
+
+def study_name(text: str) -> str:
+    """An argparse type: a study name (letters, digits, _ . -; it becomes a folder and a file's line)."""
+    from tuner.names import name_problem
+
+    problem = name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem} (got {text[:40]!r})")
+    return text
+
+
+MAX_SEED = 2**32 - 1  # numpy's and Optuna's samplers take seeds below 2**32
+
+
+def seed(text: str) -> int:
+    """An argparse type: a sampler seed 0..2**32-1."""
+    expected = f"expected a whole number from 0 to {MAX_SEED} (got {text[:40]!r})"
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(expected) from exc
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(expected)
+    return value
+
+
+def print_result_json(result: object, argv: Sequence[str], env: Sequence[tuple[str, str]]) -> None:
+    """Print a trial's result as JSON with its launch's secrets hidden (argv, env and every echo of them)."""
+    from tuner.secrets import redact_argv, redact_env, scrub_tree, secret_values
+    from tuner.store.codec import to_jsonable
+
+    data = to_jsonable(result)
+    launch = data.get("launch") if isinstance(data, dict) else None
+    if isinstance(launch, dict):
+        launch["argv"] = list(redact_argv(launch.get("argv") or ()))
+        launch["env"] = redact_env(launch.get("env") or {})
+    print(json.dumps(scrub_tree(data, secret_values(argv, env)), indent=2, sort_keys=False))
 
 
 def print_json(value: object) -> None:

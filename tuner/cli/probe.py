@@ -147,6 +147,7 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from tuner.bench.runner import benchmark
+    from tuner.bench.verdict import failed_line, hang_message
     from tuner.cli.output import print_json
 
     settings = bench_settings(args)
@@ -160,7 +161,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         print("\n".join(bench_lines(result)))
     metrics = result.objective_metrics
-    return 0 if metrics is not None and metrics.completed and not result.client_bound else 1
+    failed = failed_line(result)
+    if failed is not None:
+        print(failed, file=sys.stderr)
+    if result.hung:
+        print(f"FAILED: {hang_message(settings.timeouts.idle_read_s)}", file=sys.stderr)
+    ok = metrics is not None and metrics.completed and not result.client_bound and not result.hung
+    return 0 if ok and failed is None else 1
 
 
 def bench_lines(result: BenchResult) -> list[str]:

@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.output import duration, gpu_list, positive_int
 from tuner.cli.run_options import RunOptions
+from tuner.cli.output import duration, gpu_list, positive_int, seed, study_name
 from tuner.config import Phase
 from tuner.errors import ConfigError, ExitCode, FlagError
 from tuner.space.loader import SearchSpace
@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="search space YAML (default: resume the database's one unfinished study from its stored space)",
     )
     run.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
-    run.add_argument("--study", default=None, help="study name (default from the space: NAME-vVERSION)")
+    run.add_argument(
+        "--study", type=study_name, default=None, help="study name (default from the space: NAME-vVERSION)"
+    )
     run.add_argument(
         "--trials", type=positive_int, default=None, help="launches wanted (≥ 1; pruned asks are free)"
     )
@@ -57,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--warm-start-db", default=None, metavar="URL", help="the earlier study's database (default: --db)"
     )
     run.add_argument(
-        "--seed", type=int, default=None, help="sampler seed (overrides the space's sampler.seed)"
+        "--seed", type=seed, default=None, help="sampler seed (overrides the space's sampler.seed)"
     )
     run.add_argument(
         "--sampler", choices=("structured", "tpe", "gp", "random"), default=None, help="overrides the space's sampler.kind"
@@ -207,7 +209,8 @@ def _log_to(console: Console) -> Iterator[None]:
 
 def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
-    from tuner.cli.output import print_json
+    from tuner.cli.output import print_result_json
+    from tuner.secrets import redact_argv
     from tuner.session import trial_session
     from tuner.space.loader import config_from_params, load_space, parse_set_overrides
     from tuner.trial import run_trial
@@ -219,10 +222,11 @@ def cmd_trial(args: argparse.Namespace) -> int:
     with trial_session(space, progress=not args.json) as ctx:
         result = run_trial(config, ctx, label="single")
     if args.json:
-        print_json(result)
+        launch = result.launch
+        print_result_json(result, launch.argv if launch else (), tuple(launch.env) if launch else ())
     else:
         if result.launch is not None:
-            print("launch:", " ".join(result.launch.argv))
+            print("launch:", " ".join(redact_argv(result.launch.argv)))
             print("log:   ", result.launch.log_path)
         print(result_line(result))
     return 0 if result.ok else 1

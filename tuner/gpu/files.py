@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -25,12 +25,16 @@ class FileGpuProbe:
     is used when there is one.
     """
 
-    def __init__(self, state_dir: Path | str) -> None:
+    def __init__(self, state_dir: Path | str, *, publish: Callable[[], None] | None = None) -> None:
         self.state_dir = Path(state_dir)
         self._devices: tuple[GpuInfo, ...] = ()
         self._last_good: dict[Path, dict[int, int]] = {}
+        self._publish = publish  # writes gpus.json before any server has (asked once, when missing)
 
     def devices(self) -> tuple[GpuInfo, ...]:
+        if self._publish is not None and not (self.state_dir / statefile.GPUS_FILE).exists():
+            publish, self._publish = self._publish, None
+            publish()
         try:
             self._devices = tuple(
                 GpuInfo(

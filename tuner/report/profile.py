@@ -19,10 +19,12 @@ import yaml
 
 from tuner.errors import FlagError, ProfileError
 from tuner.metrics import HEADLINE, METRICS, Metric
+from tuner.names import one_line
 from tuner.report.export import Profile, Spread, knob_line
+from tuner.secrets import REDACTED, is_secret_env, is_secret_flag, redact_argv, redact_env
 from tuner.sglang.config_yaml import config_yaml
 from tuner.sglang.options import OptionTable
-from tuner.store.codec import REDACTED, is_secret_env, is_secret_flag, redact_argv, redact_env, to_jsonable
+from tuner.store.codec import to_jsonable
 
 __all__ = ["FORMATS", "launch_flags", "render", "render_json", "render_sh", "render_yaml", "split_launcher"]
 
@@ -117,7 +119,8 @@ def provenance(profile: Profile) -> list[str]:
 
 
 def _comment(lines: Sequence[str]) -> str:
-    return "".join(f"# {line}\n" if line else "#\n" for line in lines)
+    """Comment lines; a control character in any value (a newline in a study name) is escaped, never run."""
+    return "".join(f"# {one_line(line)}\n" if line else "#\n" for line in lines)
 
 
 # ------------------------------------------------------------------------------------- shell
@@ -207,10 +210,13 @@ def render_yaml(profile: Profile, table: OptionTable) -> str:
     ]
     if secret:
         notes.append(f"Left out (secrets; give them on the command line): {', '.join(secret)}")
-    # one key per line, lists inline: `cuda-graph-bs: [1, 2, 4, 8]`
+    # one key per line, lists inline: `cuda-graph-bs: [1, 2, 4, 8]`; text with control characters
+    # double-quoted with escapes, so it stays on its line
     text = "".join(
         f"{k}: {yaml.safe_dump(v, default_flow_style=True, width=1000).strip()}\n"
         if isinstance(v, list)
+        else f"{k}: {json.dumps(v)}\n"
+        if isinstance(v, str) and one_line(v) != v
         else yaml.safe_dump({k: v}, default_flow_style=False, width=1000)
         for k, v in mapping.items()
     )

@@ -9,7 +9,9 @@ leaves either nothing or a record. At start-up, records whose owner is dead are
 servers of a killed run: the recorded process (if its command line still
 matches) and every process carrying the record's marker in its environment
 (the server and all its descendants, also those that left its group, and a
-server whose pid never made it into the record) are killed.
+server whose pid never made it into the record) are killed. A running worker
+does the same before each launch, so the servers of a worker that died beside
+it on this host are gone before it launches on their GPUs.
 
 Records hold the command line with secrets redacted (the caller passes that
 copy) and a hash of the real one for matching.
@@ -122,10 +124,19 @@ class LiveServers:
                 log.warning("ignoring unreadable server record %s", path)
         return out
 
-    def stop_orphans(self) -> list[int]:
-        """Kill servers whose owning run is gone; return the pids killed."""
+    def stop_orphans(self, *, running: bool = False) -> list[int]:
+        """Kill servers whose owning run is gone; return the pids killed.
+
+        At start-up a record in this process's own name is from an earlier life (a recycled pid);
+        `running=True` (before each launch, to stop the servers of a worker that died meanwhile on
+        this host) keeps this process's own records.
+        """
         killed: list[int] = []
-        orphans = [rec for rec in self.records() if not _owner_alive(rec)]
+        orphans = [
+            rec
+            for rec in self.records()
+            if not (running and rec.owner_pid == os.getpid()) and not _owner_alive(rec)
+        ]
         if not orphans:
             return killed
         marked = _marked_processes({rec.id for rec in orphans})

@@ -311,9 +311,12 @@ class ServerProcess:
         return report
 
     def _close_log(self) -> None:
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
+        log_file, self._log_file = self._log_file, None
+        if log_file is not None:
+            try:
+                log_file.close()
+            except OSError as exc:  # the last buffered lines could not be flushed (disk full)
+                log.error("cannot write the server log %s: %s", self.spec.log_path, exc.strerror or exc)
 
 
 def _kv_tokens(info: dict[str, Any]) -> int | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.sglang.options import OptionTable, build_parser, version_key
+from tuner.sim.faults import BAD_USAGE, FREEZE_POINTS
 
 DEFAULT_VERSION = "0.5.9"
 DEFAULT_SCENARIO = "tiny-fast"
@@ -21,7 +22,11 @@ _INJECT_TYPES: dict[str, type] = {
     "startup_delay_s": float,
     "drift_at": int,
     "kv_canary_violation": int,
+    "http_error_rate": float,
+    "bad_usage": str,
+    "freeze_at": str,
 }
+_BAD_USAGE = tuple(BAD_USAGE)
 _HANG_POINTS = ("load", "capture")
 
 
@@ -37,6 +42,9 @@ class Injections:
     startup_delay_s: float = 0.0
     drift_at: int | None = None  # greedy answers differ from token N on: corruption no keyword check sees
     kv_canary_violation: bool = False  # log one KV-canary violation (SGLang 0.5.13+ `--kv-canary log`)
+    http_error_rate: float = 0.0  # this share of benchmark requests answered HTTP 500
+    bad_usage: str | None = None  # benchmark requests' usage.completion_tokens: negative | huge | text
+    freeze_at: str | None = None  # bench: SIGSTOP the server at the first benchmark request
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,11 +56,20 @@ class SimOptions:
     seed: int | None = None
     noise_pct: float | None = None  # overrides the scenario's perf.noise_pct (0: noise-free)
     gpu_backed: bool = False  # hold real device memory (torch) instead of publishing state files
+    publish_gpus: bool = False  # only write the scenario's gpus.json into the state directory, then exit
     inject: Injections = field(default_factory=Injections)
 
 
 class SimFlagError(Exception):
     """A bad `--sim-*` flag; main turns it into an argparse-style exit 2."""
+
+
+def _check_fault(key: str, value: Any) -> None:
+    allowed = {"bad_usage": _BAD_USAGE, "freeze_at": FREEZE_POINTS}.get(key)
+    if allowed is not None and value not in allowed:
+        raise SimFlagError(f"argument --sim-inject: {key} must be one of {allowed} (got {value!r})")
+    if key == "http_error_rate" and not 0.0 <= value <= 1.0:
+        raise SimFlagError(f"argument --sim-inject: http_error_rate must be in [0, 1] (got {value})")
 
 
 def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
@@ -68,6 +85,10 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
             i += 1
             continue
         name, eq, value = token.partition("=")
+        if name == "--sim-publish-gpus" and not eq:
+            values["publish_gpus"] = True
+            i += 1
+            continue
         if name == "--sim-gpu-backed":
             if eq and value not in ("true", "1"):
                 raise SimFlagError(f"argument --sim-gpu-backed: ignored explicit argument {value!r}")
@@ -96,6 +117,7 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
                 raise SimFlagError(
                     f"argument --sim-inject: hang_at must be one of {_HANG_POINTS} (got {v!r})"
                 )
+            _check_fault(k, injects[k])
         elif key == "sglang_version":
             values["sglang_version"] = value
         elif key == "scenario":

@@ -156,6 +156,8 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
         return call
     if (err := _too_long(state, call.prompt_tokens)) is not None:
         return err
+    if state.faults.fails(body):
+        return error_response("Internal server error (injected)", 500)
     req = _make_request(state, call.prompt, call.prompt_tokens, call.max_tokens, body, call.default_max)
     rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
     state.active_http += 1
@@ -194,7 +196,7 @@ async def _openai_whole(state: ServerState, call: _OpenAiCall, req: Request, rid
             "created": int(time.time()),
             "model": state.launch.served_model_name,
             "choices": [choice],
-            "usage": _usage(req),
+            "usage": state.faults.usage(call.body, _usage(req)),
         }
     )
 
@@ -229,7 +231,7 @@ async def _openai_stream(
     await resp.write(chunk({}, req.answer.finish_reason))
     options = call.body.get("stream_options") or {}
     if options.get("include_usage") or state.launch.args.get("stream_response_default_include_usage"):
-        await resp.write(sse({**head, "choices": [], "usage": _usage(req)}))
+        await resp.write(sse({**head, "choices": [], "usage": state.faults.usage(call.body, _usage(req))}))
     await resp.write(DONE_EVENT)
     return resp
 

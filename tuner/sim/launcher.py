@@ -21,11 +21,13 @@ from typing import Any, cast
 from aiohttp import web
 
 from tuner.errors import TunerError
+from tuner.gpu.statefile import STATE_ENV
 from tuner.sglang.options import builtin_table
 from tuner.sim import args as simargs
 from tuner.sim import logfmt, memory, statefiles
 from tuner.sim.child import ChildJob, run_child
 from tuner.sim.engine import Engine, Request
+from tuner.sim.faults import BenchFaults
 from tuner.sim.resolve import Launch, at_least, resolve_launch
 from tuner.sim.routes import make_app
 from tuner.sim.scenario import Scenario, load_scenario
@@ -92,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     except TunerError as exc:
         sys.stderr.write(f"tuner.sim: error: {exc}\n")
         return 2
+    if sim.publish_gpus:  # the tuner checks GPU indices against the scenario before any launch
+        directory = statefiles.state_dir()
+        if directory is None:
+            sys.stderr.write(f"tuner.sim: error: --sim-publish-gpus needs {STATE_ENV}\n")
+            return 2
+        statefiles.publish_gpus(directory, scenario)
+        return 0
     for warning in simargs.deprecation_warnings(table, rest):
         sys.stderr.write(warning + "\n")
     given = simargs.parse_sglang_argv(table, rest)  # exits 2 like SGLang
@@ -226,6 +235,11 @@ async def _serve(
         argv=("python", "-m", "tuner.sim", *argv),
         drift_at=sim.inject.drift_at,
         kv_canary_violation=sim.inject.kv_canary_violation,
+        faults=BenchFaults(
+            http_error_rate=sim.inject.http_error_rate,
+            bad_usage=sim.inject.bad_usage,
+            freeze_at=sim.inject.freeze_at,
+        ),
     )
     _handle_signals(state, stop, child, ignore_sigterm=sim.inject.ignore_sigterm)
     engine_task = asyncio.create_task(engine.run())

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from tuner.sim.engine import Engine
+from tuner.sim.faults import BenchFaults
 from tuner.sim.memory import MemoryPlan
 from tuner.sim.resolve import Launch
 from tuner.sim.scenario import Scenario
@@ -26,3 +27,4 @@ class ServerState:
     started_s: float = field(default_factory=time.time)
     drift_at: int | None = None  # injected: greedy answers differ from this token on
     kv_canary_violation: bool = False  # injected: log one KV-canary violation at the first request
+    faults: BenchFaults = field(default_factory=BenchFaults)  # injected: errors, bad usage, a freeze

@@ -12,13 +12,11 @@ import re
 from collections.abc import Mapping
 
 from tuner.config import FlagValue
+from tuner.names import control_problem
 from tuner.sglang.knobs import FlagContext, check_value, find_flag, owner_of, unknown_flag_message
 from tuner.sglang.structured import STRUCTURED
 from tuner.space.params import Param, Target, fixed_value_problem
 from tuner.space.source import Section, show
-
-SECRET_KEY = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -34,15 +32,21 @@ def expand_vars(text: str, environ: Mapping[str, str]) -> str:
             return default
         raise KeyError(name)
 
-    return _VAR.sub(repl, text)
+    expanded = _VAR.sub(repl, text)
+    if "${" in _VAR.sub("", text):
+        raise KeyError(text[text.index("${", 0) :][:40])
+    return expanded
 
 
 def _expand(sec: Section, key: str, text: str, environ: Mapping[str, str]) -> str:
     try:
         return expand_vars(text, environ)
     except KeyError as exc:
+        name = str(exc.args[0])
+        if name.startswith("${"):
+            raise sec.error(key, f"unclosed {name!r}: expected ${{NAME}} or ${{NAME:-default}}") from None
         raise sec.error(
-            key, f"environment variable {exc.args[0]} is not set (use ${{NAME:-default}} for a default)"
+            key, f"environment variable {name} is not set (use ${{NAME:-default}} for a default)"
         ) from None
 
 
@@ -58,7 +62,11 @@ def parse_env(sec: Section | None, environ: Mapping[str, str] | None = None) -> 
         value = sec.raw(key)
         if not isinstance(value, str):
             raise sec.error(key, f"env value must be a string; quote it (got {show(value)})")
-        out.append((key, _expand(sec, key, value, environ)))
+        value = _expand(sec, key, value, environ)
+        problem = control_problem(value)
+        if problem:
+            raise sec.error(key, f"env value {problem}")
+        out.append((key, value))
     return tuple(out)
 
 
@@ -107,6 +115,8 @@ def parse_fixed_flags(
         value = sec.raw(key)
         if isinstance(value, str):
             value = _expand(sec, key, value, environ)
+            if control_problem(value):
+                raise sec.error(key, f"--{key}: {control_problem(value)}")
         problem = check_value(spec, value) or fixed_value_problem(spec.dest, value)
         if problem:
             raise sec.error(key, f"--{key}: {problem} (got {show(value)})")
@@ -114,8 +124,3 @@ def parse_fixed_flags(
             raise sec.error(key, f"--{key}: expected a finite number")
         out.append((key, tuple(value) if isinstance(value, list) else value))
     return tuple(out)
-
-
-def is_secret(name: str) -> bool:
-    """True for env keys and flag names that look like credentials (TOKEN, KEY, SECRET, PASSWORD)."""
-    return bool(SECRET_KEY.search(name))

@@ -20,9 +20,10 @@ from tuner.bench.settings import BenchSettings
 from tuner.config import FlagValue, LaunchTimeouts
 from tuner.errors import ConfigError
 from tuner.gate.settings import GateSettings
+from tuner.secrets import REDACTED, is_secret_env, is_secret_name, redact_value
 from tuner.sglang.knobs import flag_context
 from tuner.space.build import Forbidden, parse_baselines, parse_forbidden, parse_params
-from tuner.space.fixed import is_secret, parse_env, parse_fixed_flags
+from tuner.space.fixed import parse_env, parse_fixed_flags
 from tuner.space.params import Condition, Param, ParamKind, Target
 from tuner.space.sampling import (
     config_from_params,
@@ -63,8 +64,6 @@ __all__ = [
     "parse_set_overrides",
     "suggest",
 ]
-
-REDACTED = "***"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, repr=False)
@@ -117,17 +116,17 @@ class SearchSpace:
 
     def redacted_env(self) -> tuple[tuple[str, str], ...]:
         """`env` with the values of TOKEN/KEY/SECRET/PASSWORD-like names replaced by ***."""
-        return tuple((k, REDACTED if is_secret(k) else v) for k, v in self.env)
+        return tuple((k, redact_value(k, v)) for k, v in self.env)
 
     def redacted_fixed_flags(self) -> tuple[tuple[str, FlagValue], ...]:
         """`fixed_flags` with the values of credential-like flags (api-key, ...) replaced by ***."""
-        return tuple((k, REDACTED if is_secret(k) else v) for k, v in self.fixed_flags)
+        return tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.fixed_flags)
 
     @property
     def secret_values(self) -> tuple[str, ...]:
         """Resolved secret values, for scrubbing logs and exported commands."""
-        values = [v for k, v in self.env if is_secret(k) and v]
-        values += [str(v) for k, v in self.fixed_flags if is_secret(k) and isinstance(v, str) and v]
+        values = [v for k, v in self.env if is_secret_env(k) and v]
+        values += [str(v) for k, v in self.fixed_flags if is_secret_name(k) and isinstance(v, str) and v]
         return tuple(values)
 
     def __repr__(self) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from tuner.config import CudaGraph
 from tuner.sglang.structured import CUDA_GRAPH
+from tuner.names import control_problem
 
 PARAM_NAME = r"[A-Za-z][A-Za-z0-9_.-]*"
 RESERVED_NAMES = frozenset({"reason"})
@@ -241,6 +242,8 @@ def split_backend_pair(code: str) -> tuple[str, str]:
 
 def encode_value(param: Param, raw: Any) -> Any:
     """A raw YAML value for `param` in the form the sampler stores; ValueError with what was expected."""
+    if isinstance(raw, str) and control_problem(raw):
+        raise ValueError("printable text (no control characters: it becomes part of a launch command)")
     if param.kind is ParamKind.CUDA_GRAPH:
         return encode_cuda_graph(raw)
     if param.kind is ParamKind.BACKEND_PAIR:
@@ -265,6 +268,8 @@ def encode_value(param: Param, raw: Any) -> Any:
 def parse_text(param: Param, text: str) -> Any:
     """A command-line value (`--set name=text`) for `param`, encoded; ValueError otherwise."""
     stripped = text.strip()
+    if control_problem(stripped):
+        raise ValueError("printable text (no control characters: it becomes part of a launch command)")
     if param.kind is ParamKind.CUDA_GRAPH:
         return encode_cuda_graph(stripped)
     if param.kind is ParamKind.BACKEND_PAIR:

@@ -15,18 +15,19 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from tuner.bench.settings import BenchSettings
 from tuner.config import MAX_GPU_INDEX, LaunchTimeouts
 from tuner.errors import ConfigError
 from tuner.gate.settings import GateSettings
 from tuner.metrics import ALIASES, DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, canonical, direction_of
+from tuner.names import NAME_PATTERN, name_problem, version_problem
 from tuner.settings import Duration, Settings, mistake, non_empty, show, space_dir
 from tuner.sglang.knobs import VERSION_PATTERN, check_version_text
 
 SIM_DEFAULT_SGLANG_VERSION = "0.5.9"
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+MAX_SPACE_NAME_LEN = 100  # the study name adds -vVERSION; the store's columns hold 255 characters
 
 
 def _release(value: object) -> object:
@@ -39,7 +40,7 @@ def _release(value: object) -> object:
 class EngineSpec(Settings):
     """What serves a trial: real SGLang or the simulator, started with the same flags."""
 
-    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version", "gpu_backed")
+    SIM_ONLY: ClassVar[tuple[str, ...]] = ("scenario", "sim_sglang_version", "gpu_backed", "sim_inject")
 
     kind: Literal["sglang", "sim"]
     python: str = Field(default=sys.executable, min_length=1)
@@ -52,6 +53,10 @@ class EngineSpec(Settings):
     )
     # sim only: hold real GPU memory for the model (torch) and read it through NVML
     gpu_backed: bool = False
+    # sim only: faults to inject, each KEY=VALUE as `--sim-inject` takes it (http_error_rate=0.5, ...)
+    sim_inject: tuple[Annotated[str, Field(pattern=r"^[a-z_]+=[A-Za-z0-9_.:-]+$")], ...] = Field(
+        default=(), strict=False
+    )
 
     @property
     def module(self) -> str:
@@ -214,7 +219,7 @@ class SamplerSpec(Settings):
     """Which Optuna sampler, its seed and random start-up trials."""
 
     kind: Literal["structured", "tpe", "gp", "random"] = "structured"
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)  # numpy's samplers take seeds below 2**32
     n_startup_trials: int = Field(default=8, ge=0)
 
 
@@ -244,6 +249,15 @@ ReadByLine = Annotated[object, LINE_AWARE]
 def _version(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip():
         raise mistake(f"expected an integer or a short string (got {show(value)})")
+    problem = version_problem(value)
+    if problem:  # it becomes part of the study name and of the runs/ folder
+        raise mistake(f"{problem}: it names the study and its runs/ folder (got {show(str(value)[:60])})")
+    return value
+
+
+def _space_name(value: object) -> object:
+    if isinstance(value, str) and (problem := name_problem(value, limit=MAX_SPACE_NAME_LEN)):
+        raise mistake(f"{problem} (got {show(value[:60])})")
     return value
 
 
@@ -275,7 +289,7 @@ def _default_objectives() -> tuple[Objective, ...]:
 class SpaceFile(Settings):
     """A whole space file: every top-level key, its default and its checks (see template.yaml)."""
 
-    name: str = Field(
+    name: Annotated[str, AfterValidator(_space_name)] = Field(
         pattern=f"^{NAME_PATTERN}$", json_schema_extra={"expected": "a name of letters, digits, _ . -"}
     )
     version: Annotated[int | str, BeforeValidator(_version)] = 1

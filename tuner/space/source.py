@@ -26,6 +26,7 @@ __all__ = ["Section", "Source", "parse_duration", "python_value", "read_source",
 
 MISSING: Any = object()
 
+
 def python_value(node: Node) -> Any:
     """The plain Python value of a node, as yaml.safe_load would build it."""
     constructor = yaml.constructor.SafeConstructor()
@@ -50,6 +51,8 @@ class Source:
 
 MAX_BYTES = 1 << 20  # a space file is a page of settings; more is a mistake (or /dev/zero)
 MAX_DEPTH = 64  # nesting of mappings and lists; a real space needs about 6
+MAX_VALUES = 100_000  # values once aliases are expanded; a real space has a few hundred (alias bombs)
+INT_LIMIT = 2**63  # integers the store and SGLang can hold: |n| < 2**63
 # Tags a space file may carry: YAML's own plain types. Anything else (!!python/object/apply, custom
 # tags) is refused before any value is built.
 SAFE_TAGS = frozenset(
@@ -98,6 +101,7 @@ def read_source(path: str | Path) -> Source:
         raise ConfigError(f"space file is {too_deep} in {display}") from None
     if root is not None:
         _check_nodes(root, display)
+        _check_expanded_size(root, display)
     if root is None:
         raise ConfigError(f"space file is empty; expected a mapping of settings in {display}:1")
     if not isinstance(root, MappingNode):
@@ -122,10 +126,58 @@ def _check_nodes(root: Node, display: str) -> None:
         if id(node) in seen:  # an alias: already checked
             continue
         seen.add(id(node))
+        if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:int":
+            _check_int(node, where)
         if isinstance(node, MappingNode):
             stack.extend((part, depth + 1) for pair in node.value for part in pair)
         elif isinstance(node, SequenceNode):
             stack.extend((item, depth + 1) for item in node.value)
+
+
+def _check_int(node: ScalarNode, where: str) -> None:
+    try:
+        value = yaml.constructor.SafeConstructor().construct_yaml_int(node)
+    except (ValueError, yaml.YAMLError):
+        return  # not a number after all: the reader of that key says what it expected
+    if not -INT_LIMIT < value < INT_LIMIT:
+        raise ConfigError(f"integer {node.value[:40]} is out of range: expected |n| < 2**63 in {where}")
+
+
+def _check_expanded_size(root: Node, display: str) -> None:
+    """Refuse a file whose aliases expand to more than MAX_VALUES values, before any value is built."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:  # post-order over distinct nodes: an alias is one node reached twice
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if not children_done:
+            if id(node) in open_nodes:
+                raise ConfigError(
+                    f"space file refers to a value inside itself (a recursive alias) in "
+                    f"{display}:{node.start_mark.line + 1}"
+                )
+            open_nodes.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        size = 1 + sum(sizes[id(c)] for c in children)
+        if size > MAX_VALUES:
+            raise ConfigError(
+                f"space file expands to more than {MAX_VALUES:,} values through its aliases (an alias "
+                f"bomb?) in {display}:{node.start_mark.line + 1}"
+            )
+        sizes[id(node)] = size
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _join(prefix: str, key: str) -> str:

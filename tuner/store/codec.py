@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import PurePath
@@ -21,79 +20,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-REDACTED = "***"
-
-# An env key is secret when one of its `_`-separated words is one of these
-# (HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY), not when a word merely
-# starts with one (TOKENIZERS_PARALLELISM, MAX_TOKENS stay readable).
-_SECRET_ENV = re.compile(r"(?:^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|APIKEY|CREDENTIALS?)(?:_|$)", re.I)
-# A flag takes a secret when its last word is one of these: --api-key, --admin-api-key,
-# --hf-token, --ssl-keyfile-password; not --max-total-tokens or --speculative-token-map.
-_SECRET_FLAG = re.compile(r"^--?(?:[a-z0-9]+[-_])*(key|token|secret|password|passwd)$", re.I)
-_MIN_SCRUB_LEN = 4  # shorter "secrets" would mangle unrelated text when scrubbed
 _PRIMITIVE = (str, int, float, bool, type(None))
-
-
-def is_secret_flag(flag: str) -> bool:
-    """True for a launch flag whose value is a credential (`--api-key`, `--hf-token`, ...)."""
-    return bool(_SECRET_FLAG.match(flag))
-
-
-def is_secret_env(key: str) -> bool:
-    """True for an environment variable name that holds a credential (`HF_TOKEN`, ...)."""
-    return bool(_SECRET_ENV.search(key))
-
-
-def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
-    """The argv with the value of every secret flag (`--api-key X`, `--api-key=X`) replaced by ***."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag, eq, _ = arg.partition("=")
-        if is_secret_flag(flag):
-            if eq:
-                out.append(f"{flag}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return tuple(out)
-
-
-def redact_env(env: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The environment with the value of every secret-named variable replaced by ***."""
-    items = env.items() if isinstance(env, Mapping) else env
-    return {k: (REDACTED if is_secret_env(k) else v) for k, v in items}
-
-
-def secret_values(argv: Sequence[str], env: Mapping[str, str] | Iterable[tuple[str, str]]) -> frozenset[str]:
-    """The literal secrets in an argv and environment, to scrub from every other text (logs echo them)."""
-    found: set[str] = set()
-    for i, arg in enumerate(argv):
-        flag, eq, value = arg.partition("=")
-        if is_secret_flag(flag):
-            if eq:
-                found.add(value)
-            elif i + 1 < len(argv):
-                found.add(argv[i + 1])
-    items = env.items() if isinstance(env, Mapping) else env
-    found.update(v for k, v in items if is_secret_env(k))
-    return frozenset(s for s in found if len(s) >= _MIN_SCRUB_LEN)
-
-
-def scrub(text: str, secrets: frozenset[str]) -> str:
-    """The text with every secret (raw or JSON-escaped) replaced by ***."""
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-        escaped = orjson.dumps(secret).decode()[1:-1]
-        if escaped != secret:
-            text = text.replace(escaped, REDACTED)
-    return text
 
 
 def utc(value: datetime) -> datetime:

@@ -12,15 +12,12 @@ from tuner.config import Outcome, Phase, Verdict
 from tuner.gate.checks import GateResult
 from tuner.metrics import BENCH_METRICS, bench_values
 from tuner.result import TrialResult
+from tuner.secrets import redact_argv, redact_env, scrub, secret_values
 from tuner.store.codec import (
     dumps,
     fields_of,
     finite,
     loads,
-    redact_argv,
-    redact_env,
-    scrub,
-    secret_values,
     to_jsonable,
     utc,
 )
@@ -177,9 +174,7 @@ def trial_row(
         "pid": pid,
         "confirm_of": confirm_of,
     }
-    if secrets:
-        row = {k: scrub(v, secrets) if isinstance(v, str) else v for k, v in row.items()}
-    return row
+    return {k: scrub(v, secrets) if isinstance(v, str) else v for k, v in row.items()}
 
 
 def request_rows(bench: BenchResult | None) -> Iterator[dict[str, Any]]:

@@ -22,8 +22,8 @@ import yaml
 from optuna.trial import TrialState
 
 from tuner.errors import ConfigError
+from tuner.secrets import redact_space_text, secret_values
 from tuner.space.loader import SearchSpace
-from tuner.store.codec import scrub, secret_values
 
 SPACE_TEXT = "space_text"
 SPACE_PATH = "space_path"
@@ -111,9 +111,9 @@ def remember_space(study: optuna.Study, space: SearchSpace) -> None:
 
 
 def _redacted(text: str, space: SearchSpace) -> str:
-    """The space file as stored: values of secret-looking fixed flags and env vars replaced by ***."""
+    """The space file as stored: values of secret-looking keys and URL passwords a quoted placeholder."""
     argv = [part for name, value in space.fixed_flags for part in (f"--{name}", str(value))]
-    return scrub(text, secret_values(argv, space.env))
+    return redact_space_text(text, secret_values(argv, space.env))
 
 
 def stored_studies(storage: optuna.storages.BaseStorage) -> list[StoredStudy]:

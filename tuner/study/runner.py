@@ -1,7 +1,7 @@
 """The overnight study: Optuna ask/tell around run_trial, resumable, shared by workers.
 
 Storage is Optuna's RDB storage in the same database as the tuner's own tables. The loop owns
-ask/tell so it can (a) reap trials of dead workers and retry them once, (b) reuse the recorded
+ask/tell so it can (a) reap trials of dead workers and retry them until measured, (b) reuse the recorded
 result of an effective launch already measured, (c) not launch a suggestion a failure rule or
 the memory model proves bad (tuner.search: told infeasible, recorded `pruned`, not counted in
 the budget), (d) never launch what another worker is running, (e) draw sampler seeds no worker
@@ -24,9 +24,10 @@ from pathlib import Path
 
 import optuna
 from optuna.storages import fail_stale_trials
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from tuner.config import Outcome
+from tuner.errors import StoreLostError
 from tuner.host import host_name, pid_alive
 from tuner.interrupts import INTERRUPTS
 from tuner.objectives import is_feasible
@@ -45,6 +46,7 @@ from tuner.study.durable import finish_recorded, store_guard
 from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
 from tuner.study.learn import measured_before, policy_for, sampler_seed, study_evidence
 from tuner.study.repeat import record_repeat
+from tuner.study.retry import fail_unrecorded, retry, unrecordable
 from tuner.study.storage import Heartbeat, ask_lock, make_sampler, open_study, record_heartbeat, worker_lock
 from tuner.study.tell import Teller
 from tuner.study.warm import WarmStart
@@ -118,7 +120,7 @@ class StudyRunner:
                 self.study.set_user_attr("warm_started", f"{self.warm.study} in {self.warm.shown}")
 
     def _reap_dead_workers(self) -> None:
-        """Fail RUNNING trials whose worker on this host is gone, and enqueue one retry of each."""
+        """Fail RUNNING trials whose worker on this host is gone, and enqueue a retry of each."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fail_stale_trials(self.study)  # other hosts, after the heartbeat grace period
@@ -139,17 +141,7 @@ class StudyRunner:
             if finish_recorded(self.study, self.store, self.name, trial):
                 continue
             self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-            self._retry(trial, reason="worker died")
-
-    def _retry(self, trial: FrozenTrial, *, reason: str) -> None:
-        retries = int(trial.user_attrs.get("retries", 0))
-        if retries >= self.space.workers.retries and reason != "interrupted":
-            log.warning("trial %d (%s) already retried; not retrying again", trial.number, reason)
-            return
-        self.study.enqueue_trial(
-            dict(trial.params),
-            user_attrs={"retry_of": trial.number, "retries": retries + 1, "retry_reason": reason},
-        )
+            retry(self.study, trial, reason="worker died")
 
     def _counts(self) -> tuple[int, int]:
         """Launches finished (finalist repeats included) and running, as the budget counts them."""
@@ -340,12 +332,21 @@ class StudyRunner:
                 trial.set_user_attr("pred_kv_tokens", p.kv_tokens)
                 trial.set_user_attr("pred_min_free_mib", p.min_free_mib)
             phase_ctx = with_phase_hook(ctx, trial.number, self.hooks)
-            result = self.execute(config, phase_ctx, label=label, prepared=prepared)
+            try:
+                result = self.execute(config, phase_ctx, label=label, prepared=prepared)
+            except Exception as exc:  # a bug: the trial is failed with the reason, never left RUNNING
+                fail_unrecorded(self.study, trial, f"{type(exc).__name__}: {exc}", again=False)
+                raise
         with INTERRUPTS.deferred():
-            verdict = self.teller.launched(trial, result, params, chash)
+            try:
+                verdict = self.teller.launched(trial, result, params, chash)
+            except StoreLostError:
+                raise
+            except Exception as exc:
+                unrecordable(self.study, trial, exc)
             if verdict.retryable:
                 frozen = self.study.get_trials(deepcopy=False)[trial.number]
-                self._retry(frozen, reason=result.outcome.value)
+                retry(self.study, frozen, reason=result.outcome.value)
             message = result.failure.message if result.failure else verdict.message
             message = "; ".join(m for m in (message, *result.warnings) if m)  # noisy trials say so
             self._last_failure = result.failure.message if result.failure else ""
