@@ -47,8 +47,13 @@ def positive_int(text: str) -> int:
     return value
 
 
-def print_json(value: object) -> None:
-    """Print a result (dataclasses, enums, paths) as indented JSON."""
+def json_text(value: object) -> str:
+    """A result (dataclasses, enums, paths) as indented JSON."""
     from tuner.store.codec import to_jsonable
 
-    print(json.dumps(to_jsonable(value), indent=2, sort_keys=False))
+    return json.dumps(to_jsonable(value), indent=2, sort_keys=False)
+
+
+def print_json(value: object) -> None:
+    """Print a result (dataclasses, enums, paths) as indented JSON."""
+    print(json_text(value))

@@ -203,9 +203,10 @@ def _log_to(console: Console) -> Iterator[None]:
 
 def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
-    from tuner.cli.output import print_json
+    from tuner.cli.output import json_text
     from tuner.session import trial_session
     from tuner.space.loader import config_from_params, load_space, parse_set_overrides
+    from tuner.store.codec import redact_argv, scrub, secret_values
     from tuner.trial import run_trial
 
     space = _with_gpus(load_space(args.space), args.gpus)
@@ -214,13 +215,17 @@ def cmd_trial(args: argparse.Namespace) -> int:
     config = config_from_params(space, params)
     with trial_session(space, progress=not args.json) as ctx:
         result = run_trial(config, ctx, label="single")
+    # The launch's keys and tokens were in memory only: what is printed has them scrubbed.
+    secrets = frozenset(space.secret_values)
+    if result.launch is not None:
+        secrets |= secret_values(result.launch.argv, result.launch.env)
     if args.json:
-        print_json(result)
+        print(scrub(json_text(result), secrets))
     else:
         if result.launch is not None:
-            print("launch:", " ".join(result.launch.argv))
+            print("launch:", " ".join(redact_argv(result.launch.argv)))
             print("log:   ", result.launch.log_path)
-        print(result_line(result))
+        print(scrub(result_line(result), secrets))
     return 0 if result.ok else 1
 
 
