@@ -141,14 +141,15 @@ def mined_templates() -> tuple[tuple[re.Pattern[str], str], ...]:
 
 
 _HOLE = "\x00"
+_HOLES = re.compile(r"\{\}|%[sdrf]|%\.\d+f")  # f-string values and %-style arguments
 
 
 def template_pattern(template: str) -> re.Pattern[str] | None:
     """A message template (`{}` for each interpolated value) as a pattern; None when too vague to match."""
-    literal = template.split("\n", 1)[0].strip()
-    if len(literal.replace("{}", "")) < 16:
+    literal = _HOLES.sub(_HOLE, template.split("\n", 1)[0].strip())
+    if len(literal.replace(_HOLE, "")) < 16:
         return None
-    parts = [re.escape(p) for p in literal.replace("{}", _HOLE).split(_HOLE)]
+    parts = [re.escape(p) for p in literal.split(_HOLE)]
     return re.compile(r".{0,200}?".join(parts))
 
 
