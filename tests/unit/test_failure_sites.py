@@ -56,7 +56,7 @@ def _replayed(site: dict[str, str]) -> str:
     message = _filled(site["template"])
     lines = [
         "[2026-06-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
-        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1, in run_scheduler_process',
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1, in run_event_loop',
         f'  File "/sgl-workspace/sglang/python/sglang/srt/{site["file"]}", line 9, in {site["function"]}',
         f"{site['exception']}: {message}",
         "[2026-06-01 10:00:01] Received sigquit from a child process. It usually means the child failed.",

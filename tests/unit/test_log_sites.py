@@ -74,7 +74,7 @@ def test_a_device_side_assert_in_the_serving_loop_is_staged_serving() -> None:
 def test_the_old_watchdog_wording_is_a_hang() -> None:
     lines = [
         "[2025-06-22 16:13:55 TP0] Watchdog timeout (self.watchdog_timeout=300)",
-        "[2025-06-22 16:13:55 TP0] Pyspy failed to dump PID 63217.   Error: /bin/sh: py-spy: command not found",
+        "[2025-06-22 16:13:55 TP0] Pyspy failed to dump PID 63217.   Error: /bin/sh: py-spy: not found",
         SIGQUIT,
     ]
     assert classify(lines)[0] == "hang"
