@@ -320,7 +320,7 @@ def _verdict(event: FailureLine, stage: str, exit_code: int | None) -> tuple[Out
     if kind is FailureKind.BAD_ARGS and exit_code in (2, None):
         return Outcome.BAD_FLAG, f"SGLang rejected the arguments: {detail}"
     if kind is FailureKind.NOT_ENOUGH_MEMORY:
-        return Outcome.NOT_ENOUGH_MEMORY, f"no room for the KV cache: {detail}"
+        return Outcome.NOT_ENOUGH_MEMORY, f"no room for the KV cache {stage}: {detail}"
     if kind is FailureKind.CAPTURE_FAILED:
         if event.unsupported:
             return Outcome.UNSUPPORTED, f"kernel not built for this GPU at capture: {detail}"
