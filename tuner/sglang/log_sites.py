@@ -83,7 +83,7 @@ _STRUCTURAL_RE = tuple((site, re.compile(f), re.compile(g)) for site, f, g in _S
 # A traceback frame as Python prints it, and the bare `path:line in func` form some loggers use.
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)')
 _BARE = re.compile(r"(?P<path>\S*sglang/srt/\S+?\.py):\d+ in (?P<func>\w+)")
-# SGLang's own files: under sglang/srt/, or a path a poster shortened to `.../` (SGLang's logs are all we read).
+# SGLang's own files: under sglang/srt/, or a path a poster shortened to `.../`.
 _SRT = re.compile(r"sglang/srt/(?P<rel>.+)$|^\.\.\./(?:sglang/srt/)?(?P<short>.+)$")
 
 
@@ -215,7 +215,7 @@ def by_site(event: FailureLine, site: Site | None) -> FailureLine:
     """
     if event.kind.is_root_cause or event.kind.is_teardown or event.oom or event.unsupported:
         return event
-    kind = template_kind(event.line)
+    kind = template_kind(event.detail) or template_kind(event.line)
     if kind is None and site is not None:
         kind = SITE_KIND.get(site)
     if kind is None:

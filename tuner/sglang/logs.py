@@ -199,7 +199,6 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     _, i, event, before = best
     site = failure_site(failing_block(clean, i))
     frames_say = where(clean, site)
-    event = by_site(event, site)
     if event.kind.is_teardown and traceback is None and killed_by_signal(exit_code) is not None:
         return _killed_from_outside(clean, exit_code, f"only teardown lines: {event.line.strip()}")
     if event.kind is FailureKind.CHILD_EXCEPTION:  # the traceback's last line says what broke
@@ -209,6 +208,7 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
             event = replace(event, detail=_cut_traceback(clean, i))
     elif not event.kind.is_root_cause and not event.kind.is_teardown:
         event = replace(event, detail=event.line.strip())  # all of `torch.AcceleratorError: CUDA error: ...`
+    event = by_site(event, site)  # a generic error: its mined wording, else its site, may say more
     stage = _stage(before, phase, frames_say, event.kind)
     outcome, message = _verdict(event, stage, exit_code)
     # A bad flag's line lists the choices it had: naming one of them blames no backend.
@@ -348,7 +348,10 @@ def _verdict(event: FailureLine, stage: str, exit_code: int | None) -> tuple[Out
 
 # The stage phrases of the messages -> the stage names a failure carries.
 STAGE_NAMES = {"at load": "load", "at capture": "capture", "at warmup": "warmup", "under load": "serving"}
-_UNDER_LOAD_ONLY = frozenset({FailureKind.KV_EXHAUSTED, FailureKind.REQ_SLOTS_EXHAUSTED})
+# The allocators run, and the scheduler watchdog watches, only in the serving loop.
+_UNDER_LOAD_ONLY = frozenset(
+    {FailureKind.KV_EXHAUSTED, FailureKind.REQ_SLOTS_EXHAUSTED, FailureKind.WATCHDOG}
+)
 
 
 def _stage(state: LogState, phase: Phase, frames_say: str | None, kind: FailureKind | None) -> str:
