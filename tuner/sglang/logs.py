@@ -36,6 +36,9 @@ from tuner.sglang.log_events import (
     WeightLoadBegin,
     WeightLoadEnd,
 )
+from tuner.sglang.log_excerpt import MAX_EXCERPT as _MAX_EXCERPT
+from tuner.sglang.log_excerpt import excerpt as _excerpt
+from tuner.sglang.log_excerpt import one_line as _one_line
 from tuner.sglang.log_parse import clean_line, has_prefix, parse_line, strip_ansi
 from tuner.sglang.log_sites import (
     by_site,
@@ -169,7 +172,6 @@ class LogState:
 # --------------------------------------------------------------------------- classification
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:? ?(.*)$")
-_MAX_EXCERPT = 40
 
 
 def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phase) -> FailureVerdict:
@@ -383,27 +385,3 @@ def _exit_text(exit_code: int | None) -> str:
             "exited with code -9 (SIGKILL: SGLang kills its own tree after a child fails, or the OOM killer)"
         )
     return f"exited with code {exit_code}"
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _excerpt(lines: Sequence[str], i: int) -> str:
-    """The proving line with the traceback it ends (if any) and a few lines around it, at most 40."""
-    start = max(i - 3, 0)
-    for j in range(i, max(i - 500, -1), -1):
-        if TRACEBACK_START.search(lines[j]):
-            start = max(j - 1, 0)
-            break
-    end = min(i + 4, len(lines))
-    window = list(lines[start:end])
-    if len(window) > _MAX_EXCERPT:
-        keep_tail = _MAX_EXCERPT - 6
-        window = [
-            *window[:5],
-            f"... ({len(window) - _MAX_EXCERPT + 1} lines left out) ...",
-            *window[-keep_tail:],
-        ]
-    return "\n".join(window)
