@@ -65,3 +65,52 @@ def test_a_space_with_an_api_key_runs_a_whole_trial_and_the_key_is_nowhere(tmp_p
     assert KEY not in done.stdout + done.stderr
     leaks = [p for p in tmp_path.rglob("*") if p.is_file() and p != space and KEY.encode() in p.read_bytes()]
     assert not leaks, f"the key was written to {leaks}"
+
+
+def _tuner(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_bench_and_gate_urls_take_the_key_and_bench_writes_bench_serving_records(
+    sim_factory: Callable[..., Sim],  # noqa: F811
+) -> None:
+    sim = sim_factory(*TINY, "--api-key", KEY)
+    sim.wait_ready()
+    flags = [
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "4",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--settle",
+        "0",
+    ]
+    refused = _tuner("bench", "--url", sim.url, *flags)
+    assert refused.returncode != 0
+    done = _tuner(
+        "bench",
+        "--url",
+        sim.url,
+        *flags,
+        "--json",
+        "--json-format",
+        "bench_serving",
+        env={"SGLANG_API_KEY": KEY},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert record["completed"] == 4 and record["max_concurrency"] == 2 and "p99_ttft_ms" in record
+    gate = _tuner("gate", "--url", sim.url, "--api-key", KEY)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    for run in (refused, done, gate):
+        assert KEY not in run.stdout + run.stderr
