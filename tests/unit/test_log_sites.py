@@ -108,3 +108,14 @@ def test_the_innermost_known_site_decides() -> None:
     ]
     assert [f.func for f in sglang_frames(lines)][-1] == "forward_extend"
     assert failure_site(lines) is Site.KV_ALLOC
+
+
+def test_a_traceback_cut_in_the_kv_allocator_without_header_or_error_is_oom_under_load() -> None:
+    lines = [
+        "[2026-05-01 09:00:00 TP0] Prefill batch. #new-seq: 9, #new-token: 8192, #cached-token: 0",
+        frame("managers/scheduler.py", "get_new_batch_prefill"),
+        frame("managers/schedule_batch.py", "prepare_for_extend"),
+        frame("mem_cache/common.py", "alloc_paged_token_slots_extend"),
+        "    raise RuntimeError(",
+    ]
+    assert classify(lines) == ("oom", "serving")

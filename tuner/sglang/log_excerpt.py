@@ -32,3 +32,14 @@ def excerpt(lines: Sequence[str], i: int) -> str:
             *window[-keep_tail:],
         ]
     return "\n".join(window)
+
+
+def exit_text(exit_code: int | None) -> str:
+    """How the server ended, in words."""
+    if exit_code is None:
+        return "failed (still running)"
+    if exit_code == -9:
+        return (
+            "exited with code -9 (SIGKILL: SGLang kills its own tree after a child fails, or the OOM killer)"
+        )
+    return f"exited with code {exit_code}"

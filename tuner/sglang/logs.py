@@ -38,9 +38,11 @@ from tuner.sglang.log_events import (
 )
 from tuner.sglang.log_excerpt import MAX_EXCERPT as _MAX_EXCERPT
 from tuner.sglang.log_excerpt import excerpt as _excerpt
+from tuner.sglang.log_excerpt import exit_text as _exit_text
 from tuner.sglang.log_excerpt import one_line as _one_line
 from tuner.sglang.log_parse import clean_line, has_prefix, parse_line, strip_ansi
 from tuner.sglang.log_sites import (
+    SITE_KIND,
     by_site,
     continues_traceback,
     failing_block,
@@ -195,6 +197,8 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         elif TRACEBACK_START.search(line) or (is_frame_line(line) and not continues_traceback(clean, i)):
             traceback = (i, state)  # a traceback posted without its header still counts by its frames
         state = state.apply(event)
+    if best is None and traceback is not None:
+        best = _by_its_site(clean, traceback)  # no error line: the site the traceback stops in may say
     if best is None:
         site = failure_site(failing_block(clean, traceback[0])) if traceback is not None else None
         return _unrecognised(clean, traceback, where(clean, site), state, exit_code, phase)
@@ -225,6 +229,18 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         role=role,
         stage=STAGE_NAMES[stage],
     )
+
+
+def _by_its_site(
+    clean: Sequence[str], traceback: tuple[int, LogState]
+) -> tuple[int, int, FailureLine, LogState] | None:
+    """A traceback cut before its error line, as the failure its innermost known site means (if any)."""
+    t, before = traceback
+    kind = SITE_KIND.get(site) if (site := failure_site(failing_block(clean, t))) is not None else None
+    if kind is None:
+        return None
+    event = FailureLine(kind=kind, fatal=True, detail=_cut_traceback(clean, t), line=clean[t])
+    return 0, t, event, before
 
 
 def _unrecognised(
@@ -375,13 +391,3 @@ def _exception_after(lines: Sequence[str], i: int) -> int | None:
         if _EXCEPTION_LINE.match(lines[j].strip()):
             return j
     return None
-
-
-def _exit_text(exit_code: int | None) -> str:
-    if exit_code is None:
-        return "failed (still running)"
-    if exit_code == -9:
-        return (
-            "exited with code -9 (SIGKILL: SGLang kills its own tree after a child fails, or the OOM killer)"
-        )
-    return f"exited with code {exit_code}"
