@@ -12,6 +12,7 @@ literal text of its messages.
 Sources, one of:
     --git DIR     a clone of SGLang's public repository with its release tags (vX.Y.Z)
     --wheels DIR  the released wheels, `sglang-<version>-*.whl`, one per release
+                  (`pip download "sglang==0.5.23" --no-deps -d DIR`, for each release)
 
     python scripts/mine_failure_sites.py --wheels /tmp/sglang-wheels
     python scripts/mine_failure_sites.py --git ~/src/sglang --versions 0.5.22 0.5.23

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from tuner.config import MAX_GPU_INDEX
 from tuner.space.source import parse_duration
@@ -73,9 +73,9 @@ def seed(text: str) -> int:
     return value
 
 
-def print_result_json(result: object, argv: Sequence[str], env: Sequence[tuple[str, str]]) -> None:
-    """Print a trial's result as JSON with its launch's secrets hidden (argv, env and every echo of them)."""
-    from tuner.secrets import redact_argv, redact_env, scrub_tree, secret_values
+def result_json(result: object, secrets: Iterable[str]) -> str:
+    """A trial's result as JSON with its launch's secrets hidden (argv, env and every echo of them)."""
+    from tuner.secrets import redact_argv, redact_env, scrub_tree
     from tuner.store.codec import to_jsonable
 
     data = to_jsonable(result)
@@ -83,11 +83,16 @@ def print_result_json(result: object, argv: Sequence[str], env: Sequence[tuple[s
     if isinstance(launch, dict):
         launch["argv"] = list(redact_argv(launch.get("argv") or ()))
         launch["env"] = redact_env(launch.get("env") or {})
-    print(json.dumps(scrub_tree(data, secret_values(argv, env)), indent=2, sort_keys=False))
+    return json.dumps(scrub_tree(data, secrets), indent=2, sort_keys=False)
+
+
+def json_text(value: object) -> str:
+    """A result (dataclasses, enums, paths) as indented JSON."""
+    from tuner.store.codec import to_jsonable
+
+    return json.dumps(to_jsonable(value), indent=2, sort_keys=False)
 
 
 def print_json(value: object) -> None:
     """Print a result (dataclasses, enums, paths) as indented JSON."""
-    from tuner.store.codec import to_jsonable
-
-    print(json.dumps(to_jsonable(value), indent=2, sort_keys=False))
+    print(json_text(value))

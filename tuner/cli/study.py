@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.run_options import RunOptions
 from tuner.cli.output import duration, gpu_list, positive_int, seed, study_name
+from tuner.cli.run_options import RunOptions
 from tuner.config import Phase
 from tuner.errors import ConfigError, ExitCode, FlagError
 from tuner.space.loader import SearchSpace
@@ -209,8 +209,8 @@ def _log_to(console: Console) -> Iterator[None]:
 
 def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
-    from tuner.cli.output import print_result_json
-    from tuner.secrets import redact_argv
+    from tuner.cli.output import result_json
+    from tuner.secrets import redact_argv, scrub, secret_values
     from tuner.session import trial_session
     from tuner.space.loader import config_from_params, load_space, parse_set_overrides
     from tuner.trial import run_trial
@@ -221,14 +221,17 @@ def cmd_trial(args: argparse.Namespace) -> int:
     config = config_from_params(space, params)
     with trial_session(space, progress=not args.json) as ctx:
         result = run_trial(config, ctx, label="single")
+    # The launch's keys and tokens were in memory only: what is printed has them scrubbed.
+    secrets = frozenset(space.secret_values)
+    if result.launch is not None:
+        secrets |= secret_values(result.launch.argv, result.launch.env)
     if args.json:
-        launch = result.launch
-        print_result_json(result, launch.argv if launch else (), tuple(launch.env) if launch else ())
+        print(result_json(result, secrets))
     else:
         if result.launch is not None:
             print("launch:", " ".join(redact_argv(result.launch.argv)))
             print("log:   ", result.launch.log_path)
-        print(result_line(result))
+        print(scrub(result_line(result), secrets))
     return 0 if result.ok else 1
 
 

@@ -64,7 +64,7 @@ _CLASS_SITE = {
 # Structural sites every release shares: (file pattern, function pattern), searched in a frame.
 _STRUCTURAL = (
     (Site.CAPTURE, r"(?:cuda|device|cpu|npu|piecewise\w*)_graph_runner\.py|graph_runner\w*\.py",
-     r"capture\w*|run_once|init_device_graphs|init_cuda_graphs|init_\w*cuda_graph\w*|__init__|warmup\w*"),
+     r"(?!replay|can_run)\w+"),  # a graph runner fails outside replay only while it captures
     (Site.MEMORY_PROFILE, r"model_runner\w*\.py",
      r"\w*profile\w*|init_memory_pool|_?configure_kv\w*|\w*kv_cache_budget\w*"),
     (Site.KV_ALLOC, r"mem_cache/[\w/]+\.py", r"alloc\w*|\w*_alloc"),
@@ -83,7 +83,8 @@ _STRUCTURAL_RE = tuple((site, re.compile(f), re.compile(g)) for site, f, g in _S
 # A traceback frame as Python prints it, and the bare `path:line in func` form some loggers use.
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)')
 _BARE = re.compile(r"(?P<path>\S*sglang/srt/\S+?\.py):\d+ in (?P<func>\w+)")
-_SRT = re.compile(r"sglang/srt/(?P<rel>.+)$")
+# SGLang's own files: under sglang/srt/, or a path a poster shortened to `.../`.
+_SRT = re.compile(r"sglang/srt/(?P<rel>.+)$|^\.\.\./(?:sglang/srt/)?(?P<short>.+)$")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -103,14 +104,14 @@ def sglang_frames(lines: Sequence[str]) -> list[SiteFrame]:
             continue
         rel = _SRT.search(m["path"])
         if rel is not None:
-            out.append(SiteFrame(rel=rel["rel"], func=m["func"]))
+            out.append(SiteFrame(rel=rel["rel"] or rel["short"], func=m["func"]))
     return out
 
 
 def is_frame_line(line: str) -> bool:
     """True for a traceback frame line of SGLang's own code (a traceback even without its header)."""
     m = _FRAME.search(line)
-    return m is not None and "sglang/srt/" in m["path"]
+    return m is not None and _SRT.search(m["path"]) is not None
 
 
 @cache
@@ -141,14 +142,15 @@ def mined_templates() -> tuple[tuple[re.Pattern[str], str], ...]:
 
 
 _HOLE = "\x00"
+_HOLES = re.compile(r"\{\}|%[sdrf]|%\.\d+f")  # f-string values and %-style arguments
 
 
 def template_pattern(template: str) -> re.Pattern[str] | None:
     """A message template (`{}` for each interpolated value) as a pattern; None when too vague to match."""
-    literal = template.split("\n", 1)[0].strip()
-    if len(literal.replace("{}", "")) < 16:
+    literal = _HOLES.sub(_HOLE, template.split("\n", 1)[0].strip())
+    if len(literal.replace(_HOLE, "")) < 16:
         return None
-    parts = [re.escape(p) for p in literal.replace("{}", _HOLE).split(_HOLE)]
+    parts = [re.escape(p) for p in literal.split(_HOLE)]
     return re.compile(r".{0,200}?".join(parts))
 
 
@@ -189,7 +191,10 @@ _OTHER_CLASS_KIND = {
 
 def continues_traceback(lines: Sequence[str], i: int) -> bool:
     """True when line i continues a traceback already open above it (a frame, its code, a caret)."""
-    return i > 0 and not has_prefix(lines[i - 1]) and bool(lines[i - 1].strip())
+    if i == 0:
+        return False
+    above = lines[i - 1]
+    return not has_prefix(above) and (above[:1].isspace() or bool(_FRAME.search(above)))
 
 
 def failing_block(lines: Sequence[str], i: int) -> Sequence[str]:
@@ -210,7 +215,7 @@ def by_site(event: FailureLine, site: Site | None) -> FailureLine:
     """
     if event.kind.is_root_cause or event.kind.is_teardown or event.oom or event.unsupported:
         return event
-    kind = template_kind(event.line)
+    kind = template_kind(event.detail) or template_kind(event.line)
     if kind is None and site is not None:
         kind = SITE_KIND.get(site)
     if kind is None:

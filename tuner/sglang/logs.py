@@ -36,8 +36,13 @@ from tuner.sglang.log_events import (
     WeightLoadBegin,
     WeightLoadEnd,
 )
+from tuner.sglang.log_excerpt import MAX_EXCERPT as _MAX_EXCERPT
+from tuner.sglang.log_excerpt import excerpt as _excerpt
+from tuner.sglang.log_excerpt import exit_text as _exit_text
+from tuner.sglang.log_excerpt import one_line as _one_line
 from tuner.sglang.log_parse import clean_line, has_prefix, parse_line, strip_ansi
 from tuner.sglang.log_sites import (
+    SITE_KIND,
     by_site,
     continues_traceback,
     failing_block,
@@ -169,7 +174,6 @@ class LogState:
 # --------------------------------------------------------------------------- classification
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:? ?(.*)$")
-_MAX_EXCERPT = 40
 
 
 def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phase) -> FailureVerdict:
@@ -193,13 +197,14 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         elif TRACEBACK_START.search(line) or (is_frame_line(line) and not continues_traceback(clean, i)):
             traceback = (i, state)  # a traceback posted without its header still counts by its frames
         state = state.apply(event)
+    if best is None and traceback is not None:
+        best = _by_its_site(clean, traceback)  # no error line: the site the traceback stops in may say
     if best is None:
         site = failure_site(failing_block(clean, traceback[0])) if traceback is not None else None
         return _unrecognised(clean, traceback, where(clean, site), state, exit_code, phase)
     _, i, event, before = best
     site = failure_site(failing_block(clean, i))
     frames_say = where(clean, site)
-    event = by_site(event, site)
     if event.kind.is_teardown and traceback is None and killed_by_signal(exit_code) is not None:
         return _killed_from_outside(clean, exit_code, f"only teardown lines: {event.line.strip()}")
     if event.kind is FailureKind.CHILD_EXCEPTION:  # the traceback's last line says what broke
@@ -209,6 +214,7 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
             event = replace(event, detail=_cut_traceback(clean, i))
     elif not event.kind.is_root_cause and not event.kind.is_teardown:
         event = replace(event, detail=event.line.strip())  # all of `torch.AcceleratorError: CUDA error: ...`
+    event = by_site(event, site)  # a generic error: its mined wording, else its site, may say more
     stage = _stage(before, phase, frames_say, event.kind)
     outcome, message = _verdict(event, stage, exit_code)
     # A bad flag's line lists the choices it had: naming one of them blames no backend.
@@ -223,6 +229,18 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         role=role,
         stage=STAGE_NAMES[stage],
     )
+
+
+def _by_its_site(
+    clean: Sequence[str], traceback: tuple[int, LogState]
+) -> tuple[int, int, FailureLine, LogState] | None:
+    """A traceback cut before its error line, as the failure its innermost known site means (if any)."""
+    t, before = traceback
+    kind = SITE_KIND.get(site) if (site := failure_site(failing_block(clean, t))) is not None else None
+    if kind is None:
+        return None
+    event = FailureLine(kind=kind, fatal=True, detail=_cut_traceback(clean, t), line=clean[t])
+    return 0, t, event, before
 
 
 def _unrecognised(
@@ -320,7 +338,7 @@ def _verdict(event: FailureLine, stage: str, exit_code: int | None) -> tuple[Out
     if kind is FailureKind.BAD_ARGS and exit_code in (2, None):
         return Outcome.BAD_FLAG, f"SGLang rejected the arguments: {detail}"
     if kind is FailureKind.NOT_ENOUGH_MEMORY:
-        return Outcome.NOT_ENOUGH_MEMORY, f"no room for the KV cache: {detail}"
+        return Outcome.NOT_ENOUGH_MEMORY, f"no room for the KV cache {stage}: {detail}"
     if kind is FailureKind.CAPTURE_FAILED:
         if event.unsupported:
             return Outcome.UNSUPPORTED, f"kernel not built for this GPU at capture: {detail}"
@@ -348,7 +366,10 @@ def _verdict(event: FailureLine, stage: str, exit_code: int | None) -> tuple[Out
 
 # The stage phrases of the messages -> the stage names a failure carries.
 STAGE_NAMES = {"at load": "load", "at capture": "capture", "at warmup": "warmup", "under load": "serving"}
-_UNDER_LOAD_ONLY = frozenset({FailureKind.KV_EXHAUSTED, FailureKind.REQ_SLOTS_EXHAUSTED})
+# The allocators run, and the scheduler watchdog watches, only in the serving loop.
+_UNDER_LOAD_ONLY = frozenset(
+    {FailureKind.KV_EXHAUSTED, FailureKind.REQ_SLOTS_EXHAUSTED, FailureKind.WATCHDOG}
+)
 
 
 def _stage(state: LogState, phase: Phase, frames_say: str | None, kind: FailureKind | None) -> str:
@@ -370,37 +391,3 @@ def _exception_after(lines: Sequence[str], i: int) -> int | None:
         if _EXCEPTION_LINE.match(lines[j].strip()):
             return j
     return None
-
-
-def _exit_text(exit_code: int | None) -> str:
-    if exit_code is None:
-        return "failed (still running)"
-    if exit_code == -9:
-        return (
-            "exited with code -9 (SIGKILL: SGLang kills its own tree after a child fails, or the OOM killer)"
-        )
-    return f"exited with code {exit_code}"
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _excerpt(lines: Sequence[str], i: int) -> str:
-    """The proving line with the traceback it ends (if any) and a few lines around it, at most 40."""
-    start = max(i - 3, 0)
-    for j in range(i, max(i - 500, -1), -1):
-        if TRACEBACK_START.search(lines[j]):
-            start = max(j - 1, 0)
-            break
-    end = min(i + 4, len(lines))
-    window = list(lines[start:end])
-    if len(window) > _MAX_EXCERPT:
-        keep_tail = _MAX_EXCERPT - 6
-        window = [
-            *window[:5],
-            f"... ({len(window) - _MAX_EXCERPT + 1} lines left out) ...",
-            *window[-keep_tail:],
-        ]
-    return "\n".join(window)

@@ -24,7 +24,7 @@ from tuner.sim import logfmt, memory, statefiles
 from tuner.sim.args import Injections
 from tuner.sim.device import DeviceMemory, DeviceOutOfMemory, DeviceUnavailable, oom_line
 from tuner.sim.memory import MemoryPlan
-from tuner.sim.resolve import Launch
+from tuner.sim.resolve import Launch, at_least
 from tuner.sim.scenario import Scenario
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,16 @@ def _fail(job: ChildJob, where: str, error: str) -> None:
     _quit_parent(job)
 
 
+def _kv_error(launch: Launch, plan: MemoryPlan, *, pre_load_mib: float) -> tuple[str, str]:
+    """(where, error) of a launch with no room for its KV pool, as its release words it."""
+    version, fraction = launch.version, launch.mem_fraction_static
+    if plan.kv_mib <= 0 and at_least(version, "0.5.14"):
+        avail = pre_load_mib - plan.weights_mib
+        error = logfmt.no_room_for_kv(version, fraction, avail, pre_load_mib)
+        return logfmt.kv_frames(version, budget=True), error
+    return logfmt.kv_frames(version, budget=False), logfmt.not_enough_memory(version, fraction)
+
+
 def _quit_parent(job: ChildJob) -> NoReturn:
     """SIGQUIT the parent, as a failed SGLang scheduler does, and wait to be killed."""
     with contextlib.suppress(ProcessLookupError):
@@ -166,7 +176,7 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
         )
     )
     if not memory.enough_for_kv(s, plan):
-        _fail(job, "kv", logfmt.not_enough_memory(launch.version, launch.mem_fraction_static))
+        _fail(job, *_kv_error(launch, plan, pre_load_mib=plan.total_mib - context_mib))
     mem.set(plan.weights_mib + plan.kv_mib + plan.overhead_mib, "kv")
     log.info(
         logfmt.kv_allocated(launch, plan.kv_tokens, plan.kv_mib, memory.torch_kv_dtype(launch.kv_cache_dtype))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -168,11 +169,33 @@ def rank_dead(version: str, code: int) -> str:
 
 
 def not_enough_memory(version: str, fraction: float) -> str:
-    what = "mem_fraction_static" if at_least(version, "0.5.20") else "self.server_args.mem_fraction_static"
+    """The pool-size guard's error, in each release's words (mined: tuner/sglang/failure_sites.json)."""
+    head = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    if version == "0.5.2":
+        return head
+    what = "mem_fraction_static" if at_least(version, "0.5.10") else "self.server_args.mem_fraction_static"
+    return f"{head} Current value: {what}={fraction}"
+
+
+def no_room_for_kv(version: str, fraction: float, avail_mib: float, pre_load_mib: float) -> str:
+    """0.5.14+: the weights left nothing under the static budget (the KV-budget guard's ValueError)."""
+    minimum = 1 - avail_mib / pre_load_mib if pre_load_mib > 0 else 1.0
+    suggested = math.ceil(minimum * 1000) / 1000
     return (
-        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-        f"Current value: {what}={fraction}"
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        f"--mem-fraction-static={fraction}. Raise --mem-fraction-static above {suggested:.3f} "
+        f"(minimum viable = 1 - available/pre = {minimum:.4f}). If using speculative decoding, "
+        "draft weights are now counted."
     )
+
+
+def kv_frames(version: str, budget: bool) -> str:
+    """Where a release raises its KV sizing errors (the `where` of scheduler_exception)."""
+    if budget:
+        return "kv_budget" if at_least(version, "0.5.16") else "kv_budget_mixin"
+    if at_least(version, "0.5.11"):
+        return "kv_pool"
+    return "kv_mixin" if at_least(version, "0.5.7") else "kv"
 
 
 def cuda_oom(tried_mib: float, total_mib: float, free_mib: float) -> str:
@@ -203,6 +226,22 @@ def capture_failed(version: str, cause: str) -> str:
 _FRAMES = {
     "load": [("model_executor/model_runner.py", 312, "load_model")],
     "kv": [("model_executor/model_runner.py", 455, "init_memory_pool")],
+    "kv_mixin": [
+        ("model_executor/model_runner.py", 455, "init_memory_pool"),
+        ("model_executor/model_runner_kv_cache_mixin.py", 310, "init_memory_pool"),
+    ],
+    "kv_pool": [
+        ("model_executor/model_runner_kv_cache_mixin.py", 214, "init_memory_pool"),
+        ("model_executor/pool_configurator.py", 95, "__post_init__"),
+    ],
+    "kv_budget_mixin": [
+        ("model_executor/model_runner_kv_cache_mixin.py", 160, "profile_max_num_token"),
+        ("model_executor/model_runner_kv_cache_mixin.py", 131, "_profile_available_bytes"),
+    ],
+    "kv_budget": [
+        ("mem_cache/kv_cache_configurator.py", 2090, "profile_max_num_token"),
+        ("mem_cache/kv_cache_configurator.py", 2191, "_profile_available_bytes"),
+    ],
     "capture": [
         ("model_executor/model_runner.py", 521, "init_device_graphs"),
         ("model_executor/cuda_graph_runner.py", 402, "__init__"),

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from tuner.sim import memory, text
+from tuner.sim.auth import api_key_middleware
 from tuner.sim.engine import EngineError, Request
 from tuner.sim.generation import chat_completions, completions, generate
 from tuner.sim.replies import STATE, json_body, json_response
@@ -213,7 +214,9 @@ async def metrics(request: web.Request) -> web.Response:
 
 def make_app(state: ServerState) -> web.Application:
     """The aiohttp application of one simulated server."""
-    app = web.Application(client_max_size=64 * 2**20)
+    keys = state.launch.args.get("api_key") or state.launch.args.get("admin_api_key")
+    middlewares = [api_key_middleware] if keys else []
+    app = web.Application(client_max_size=64 * 2**20, middlewares=middlewares)
     app[STATE] = state
     version = state.launch.version
     r = app.router
