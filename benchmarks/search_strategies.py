@@ -27,7 +27,8 @@ from typing import Any
 import optuna
 from search_world import Shot, World
 
-from tuner.config import Failure, LaunchSpec, TrialConfig, TrialResult
+from tuner.config import Failure, LaunchSpec, TrialConfig
+from tuner.result import TrialResult
 from tuner.session import TrialContext, prepare_launch
 from tuner.space.loader import ParamKind
 from tuner.space.params import condition_holds

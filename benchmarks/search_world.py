@@ -35,9 +35,9 @@ from tuner.config import (
     ServerFacts,
     StageTimings,
     TrialConfig,
-    TrialResult,
 )
 from tuner.engine import engine_for
+from tuner.result import TrialResult
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.rules import Rule, rules_from
 from tuner.session import render_launch

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest_sim import REPO
+from support.sim import REPO
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("conftest_sim",)  # the sim_factory fixture
 
 TINY = ["--model-path", "/models/tiny", "--sim-seed", "1", "--cuda-graph-max-bs", "8"]
 

@@ -26,6 +26,7 @@ import psutil
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 from postgres_server import REQUIRE_ENV, PostgresServer, missing
+from support.stored import make_result, record
 
 from tuner.store import connect as store_connect
 from tuner.store.lock import AdvisoryLock
@@ -42,8 +43,6 @@ BUDGET = 40
 HOSTS = tuple(f"node-{i}" for i in range(8))
 KILLED = HOSTS[:2]
 
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
-from test_store_contract import make_result, record  # noqa: E402
 
 
 @pytest.fixture(scope="module")
