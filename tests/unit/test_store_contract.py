@@ -1,4 +1,4 @@
-"""The store's contract, run against SqlStore on a SQLite file and on in-memory SQLite.
+"""The store's contract, run against SqlStore on a SQLite file, on in-memory SQLite and the FakeStore.
 
 Gate and benchmark results are the real types, their metrics computed by `compute_metrics`
 from request records (tests/support/results.py), so a change of their shape shows here.
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.fakes import FakeStore
 from support.stored import (
     T0,
     make_bench,
@@ -29,8 +30,11 @@ from tuner.errors import StoreError
 from tuner.store.sql import SqlStore
 
 
-@pytest.fixture(params=["file", "memory"])
+@pytest.fixture(params=["file", "memory", "fake"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    if request.param == "fake":
+        yield FakeStore(hostname="node-1", pid=4242)  # type: ignore[misc]  # a ResultStore, not a SqlStore
+        return
     url = f"sqlite:///{tmp_path / 'experiments.db'}" if request.param == "file" else "sqlite://"
     with SqlStore(url, hostname="node-1", pid=4242) as opened:
         yield opened
@@ -154,7 +158,7 @@ class TestResultStoreContract:
         assert got.outcome is Outcome.SLO_VIOLATION and got.feasible is False
 
     def test_link_to_missing_trial_is_a_store_error(self, store: SqlStore) -> None:
-        with pytest.raises(StoreError, match="experiments database sqlite://"):
+        with pytest.raises(StoreError, match=f"experiments database {store.url[:8]}"):
             record(store, confirm_of=999)
         assert store.trials("glm5-v1") == ()  # the failed transaction left nothing behind
 
@@ -170,3 +174,4 @@ class TestResultStoreContract:
         record(store)
         with ThreadPoolExecutor(max_workers=1) as pool:
             assert pool.submit(store.studies).result() == ("glm5-v1",)
+
