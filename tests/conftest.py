@@ -5,7 +5,7 @@
     chaos/        fault injection against whole studies (`make chaos`)
     gpu/          NVML on a real NVIDIA GPU
     real_sglang/  an installed SGLang
-    support/      builders, the simulator fixture, the shared study, the CLI runner, fakes
+    support/      builders, the simulator fixture, the shared study, the CLI runner, PostgreSQL, fakes
 
 Every test is marked by its folder, so `-m "not integration"` and the like select by folder.
 """
