@@ -16,7 +16,7 @@ prints, over every launched trial of every worker:
   store's, the lock's), and their number.
 
 Each worker is a process with its own host identity (TUNER_HOSTNAME) and working directory,
-as on separate nodes. PostgreSQL is a throwaway server (tests/integration/postgres_server.py,
+as on separate nodes. PostgreSQL is a throwaway server (tests/support/postgres.py,
 needs initdb/pg_ctl and psycopg) unless --postgres-url names one. Target: median own time
 <= 0.3 s per trial with 8 workers on PostgreSQL.
 
@@ -210,8 +210,8 @@ def main() -> int:
     counts = [int(n) for n in args.workers.split(",")]
     server = None
     if "postgres" in storages and not args.postgres_url:
-        sys.path.insert(0, str(ROOT / "tests" / "integration"))
-        from postgres_server import PostgresServer, missing
+        sys.path.insert(0, str(ROOT / "tests"))
+        from support.postgres import PostgresServer, missing
 
         reason = missing()
         if reason:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import tuner_in
 
 pytestmark = pytest.mark.integration
 
@@ -33,10 +32,6 @@ CASES = [
 ]
 
 
-def _tuner(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args], cwd=tmp, capture_output=True, text=True, timeout=60
-    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -44,7 +39,7 @@ def test_bad_space_exits_2_with_one_line_and_touches_nothing(tmp_path: Path, cas
     _, text, key, line, _ = case
     space = tmp_path / "bad.yaml"
     space.write_text(text)
-    done = _tuner(tmp_path, "run", "--space", str(space), "--db", str(tmp_path / "exp.db"), "--plain")
+    done = tuner_in(tmp_path, "run", "--space", str(space), "--db", str(tmp_path / "exp.db"), "--plain")
     assert done.returncode == 2, done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
@@ -57,7 +52,7 @@ def test_unknown_flag_for_the_installed_release_exits_2_before_any_launch(tmp_pa
     space = tmp_path / "space.yaml"
     text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()
     space.write_text(text.replace("  tp-size: 1\n", "  tp-size: 1\n  no-such-flag: 3\n"))
-    done = _tuner(tmp_path, "run", "--space", str(space), "--db", str(tmp_path / "exp.db"), "--plain")
+    done = tuner_in(tmp_path, "run", "--space", str(space), "--db", str(tmp_path / "exp.db"), "--plain")
     assert done.returncode == 2
     assert "no-such-flag" in done.stderr and "\n" not in done.stderr.strip()
     assert not (tmp_path / "exp.db").exists()
@@ -65,7 +60,7 @@ def test_unknown_flag_for_the_installed_release_exits_2_before_any_launch(tmp_pa
 
 def test_unreachable_database_is_one_line_naming_it(tmp_path: Path) -> None:
     space = ROOT / "search_spaces" / "tiny-fast-sim.yaml"
-    done = _tuner(
+    done = tuner_in(
         tmp_path, "run", "--space", str(space), "--db", "sqlite:////nonexistent-dir/x/exp.db", "--plain"
     )
     assert done.returncode != 0
@@ -75,6 +70,6 @@ def test_unreachable_database_is_one_line_naming_it(tmp_path: Path) -> None:
 
 def test_bad_gpu_list_is_a_usage_error(tmp_path: Path) -> None:
     space = ROOT / "search_spaces" / "tiny-fast-sim.yaml"
-    done = _tuner(tmp_path, "run", "--space", str(space), "--gpus", "0,x", "--db", str(tmp_path / "exp.db"))
+    done = tuner_in(tmp_path, "run", "--space", str(space), "--gpus", "0,x", "--db", str(tmp_path / "exp.db"))
     assert done.returncode == 2 and "expected GPU indices" in done.stderr
     assert not (tmp_path / "exp.db").exists()

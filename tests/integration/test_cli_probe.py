@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest_sim import REPO
+from support.cli import tuner_in
+from support.sim import REPO
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("conftest_sim",)  # the sim_factory fixture
 
 TINY = ["--model-path", "/models/tiny", "--sim-seed", "1", "--cuda-graph-max-bs", "8"]
 
 
-def _tuner(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args], cwd=REPO, capture_output=True, text=True, timeout=90
-    )
 
 
 @pytest.fixture
@@ -31,11 +25,11 @@ def server(sim_factory):  # type: ignore[no-untyped-def]
 
 def test_bench_url_with_flags_prints_bench_serving_figures_and_json(server) -> None:  # type: ignore[no-untyped-def]
     flags = ["--input-len", "64", "--output-len", "8", "--concurrency", "4", "--num-prompts", "12"]
-    done = _tuner("bench", "--url", server.url, *flags, "--settle", "0")
+    done = tuner_in(REPO, "bench", "--url", server.url, *flags, "--settle", "0")
     assert "Output token throughput (tok/s)" in done.stdout, done.stderr
     assert "Successful requests                    12" in done.stdout
     assert "self-check: client CPU" in done.stdout
-    as_json = _tuner("bench", "--url", server.url, *flags, "--settle", "0", "--json")
+    as_json = tuner_in(REPO, "bench", "--url", server.url, *flags, "--settle", "0", "--json")
     data = json.loads(as_json.stdout)
     point = data["points"][0]
     assert point["metrics"]["completed"] == 12
@@ -48,10 +42,10 @@ def test_bench_url_with_a_space_uses_its_bench_section(server, tmp_path: Path) -
     text = (REPO / "search_spaces" / "tiny-fast-sim.yaml").read_text()
     space = tmp_path / "space.yaml"
     space.write_text(text)
-    done = _tuner("bench", "--url", server.url, "--space", str(space), "--json")
+    done = tuner_in(REPO, "bench", "--url", server.url, "--space", str(space), "--json")
     data = json.loads(done.stdout)
     assert data["points"] and data["points"][0]["metrics"]["completed"] > 0
-    both = _tuner("bench", "--url", server.url, "--space", str(space), "--concurrency", "2")
+    both = tuner_in(REPO, "bench", "--url", server.url, "--space", str(space), "--concurrency", "2")
     assert both.returncode == 2 and "expected one or the other" in both.stderr
 
 
@@ -59,15 +53,15 @@ def test_gate_url_passes_a_healthy_server_with_a_burst_from_its_graphs(server, t
     space = tmp_path / "space.yaml"
     text = (REPO / "search_spaces" / "tiny-fast-sim.yaml").read_text()
     space.write_text(text.replace("  burst_size: 2\n", ""))
-    done = _tuner("gate", "--url", server.url, "--space", str(space))
+    done = tuner_in(REPO, "gate", "--url", server.url, "--space", str(space))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("gate passed") and "burst of 8" in done.stdout  # the server's max graph
-    data = json.loads(_tuner("gate", "--url", server.url, "--space", str(space), "--json").stdout)
+    data = json.loads(tuner_in(REPO, "gate", "--url", server.url, "--space", str(space), "--json").stdout)
     assert data["verdict"] == "passed" and len(data["answers"]) == 1 + 8
 
 
 def test_an_unreachable_server_is_one_line() -> None:
-    done = _tuner("bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--num-prompts", "1")
+    done = tuner_in(REPO, "bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--num-prompts", "1")
     assert done.returncode != 0
     lines = [ln for ln in done.stderr.splitlines() if ln.strip() and "━" not in ln]
     assert lines[-1].startswith("error: ") and "v1/models" in lines[-1], done.stderr

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest_sim import REPO
+from support.cli import tuner_in
+from support.sim import REPO
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("conftest_sim",)  # the sim_factory fixture
 
 TINY = ["--model-path", "/models/tiny", "--sim-seed", "1"]
 
 
-def _tuner(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args], cwd=REPO, capture_output=True, text=True, timeout=90
-    )
 
 
 def test_a_drift_late_in_the_answer_fails_the_reference_check(sim_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -29,12 +23,13 @@ def test_a_drift_late_in_the_answer_fails_the_reference_check(sim_factory, tmp_p
     space = tmp_path / "space.yaml"
     space.write_text((REPO / "search_spaces" / "tiny-fast-sim.yaml").read_text())
     refs = tmp_path / "refs.json"
-    recorded = _tuner("gate", "--url", good.url, "--space", str(space), "--record", str(refs))
+    recorded = tuner_in(REPO, "gate", "--url", good.url, "--space", str(space), "--record", str(refs))
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     assert len(json.loads(refs.read_text())["answers"]) == 5
-    same = _tuner("gate", "--url", good.url, "--space", str(space), "--reference", str(refs))
+    same = tuner_in(REPO, "gate", "--url", good.url, "--space", str(space), "--reference", str(refs))
     assert same.returncode == 0 and "agrees of 64" in same.stdout, same.stdout
-    bad = _tuner("gate", "--url", drifting.url, "--space", str(space), "--reference", str(refs), "--json")
+    given = ("--space", str(space), "--reference", str(refs), "--json")
+    bad = tuner_in(REPO, "gate", "--url", drifting.url, *given)
     assert bad.returncode == 1
     result = json.loads(bad.stdout)
     assert result["verdict"] == "wrong_answer"

@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from profile_study import ProfileStudy
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("profile_study",)
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "pareto.ipynb"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,6 @@
 """One study on PostgreSQL, many workers on many "hosts": the budget, heartbeats, retries, orphans, attempts.
 
-A throwaway PostgreSQL server (postgres_server.py) serves the module. Eight `python -m tuner
+A throwaway PostgreSQL server (tests/support/postgres.py) serves the module. Eight `python -m tuner
 run` workers, each with its own host identity (TUNER_HOSTNAME) and its own working directory
 (its own run directory, live-server records and simulated GPUs, as on separate nodes), share a
 40-launch study on tests/fixtures/spaces/tiny-workers-sim.yaml (heartbeat 1 s, grace 5 s, one
@@ -25,7 +25,8 @@ import optuna
 import psutil
 import pytest
 from optuna.trial import FrozenTrial, TrialState
-from postgres_server import REQUIRE_ENV, PostgresServer, missing
+from support.postgres import REQUIRE_ENV, PostgresServer, missing
+from support.stored import make_result, record
 
 from tuner.store import connect as store_connect
 from tuner.store.lock import AdvisoryLock
@@ -42,8 +43,6 @@ BUDGET = 40
 HOSTS = tuple(f"node-{i}" for i in range(8))
 KILLED = HOSTS[:2]
 
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
-from test_store_contract import make_result, record  # noqa: E402
 
 
 @pytest.fixture(scope="module")

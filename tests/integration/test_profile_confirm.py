@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from profile_study import ProfileStudy
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("profile_study",)
 
 
 def test_confirm_records_three_repeats_and_export_reports_their_spread(

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from profile_study import ProfileStudy
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("profile_study",)
 
 
 def _best_row(study: ProfileStudy, prefer: str = "balanced"):

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from profile_study import ProfileStudy
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("profile_study",)
 
 CHROMIUM = next(
     (p for n in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(n))), None

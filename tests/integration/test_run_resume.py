@@ -2,35 +2,30 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import tuner_in
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tuner(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args], cwd=tmp, capture_output=True, text=True, timeout=120
-    )
 
 
 def test_run_alone_resumes_from_the_stored_space(tmp_path: Path) -> None:
     space = tmp_path / "space.yaml"
     space.write_text((ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text())
     db = str(tmp_path / "experiments.db")
-    first = _tuner(tmp_path, "run", "--space", str(space), "--trials", "1", "--seed", "3", "--plain")
+    first = tuner_in(tmp_path, "run", "--space", str(space), "--trials", "1", "--seed", "3", "--plain")
     assert first.returncode == 0, first.stderr
-    again = _tuner(tmp_path, "run", "--trials", "2", "--plain")
+    again = tuner_in(tmp_path, "run", "--trials", "2", "--plain")
     assert again.returncode == 0, again.stderr
     assert f"resuming study tiny-fast-sim-v1 (1/6 trials; space {space})" in again.stderr
     assert "2/2 launches finished" in again.stdout
     space.write_text(space.read_text().replace("input_len: 16", "input_len: 32"))
-    changed = _tuner(tmp_path, "run", "--db", db, "--plain")
+    changed = tuner_in(tmp_path, "run", "--db", db, "--plain")
     assert changed.returncode == 2
     why = "changed since study 'tiny-fast-sim-v1' began (bench.workload.input_len: 16 -> 32)"
     assert why in changed.stderr

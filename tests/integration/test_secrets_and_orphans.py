@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support.cli import tuner_in
 
 from tuner.private import write_private
 from tuner.secrets import redact_argv
@@ -25,10 +26,6 @@ API_KEY = "sk-SECRET123xyz"
 HF_TOKEN = "hf_SECRET456abc"
 
 
-def _tuner(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args], cwd=tmp, capture_output=True, text=True, timeout=120
-    )
 
 
 def test_secrets_are_redacted_in_every_file_and_run_files_are_owner_only(tmp_path: Path) -> None:
@@ -65,7 +62,7 @@ def test_secrets_are_redacted_in_every_file_and_run_files_are_owner_only(tmp_pat
         ("report", "--db", "exp.db", "--out", "report"),
         ("status", "--db", "exp.db"),
     ):
-        done = _tuner(tmp_path, *args)
+        done = tuner_in(tmp_path, *args)
         assert done.returncode == 0, done.stderr
         assert API_KEY not in done.stdout + done.stderr and HF_TOKEN not in done.stdout + done.stderr
     leaks = [

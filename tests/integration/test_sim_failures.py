@@ -11,10 +11,9 @@ import time
 
 import httpx
 import pytest
-from conftest_sim import REPO, pid_alive, poll
+from support.sim import REPO, pid_alive, poll
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("conftest_sim",)  # the sim_factory fixture
 
 GLM5 = [
     "--model-path",

@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest_sim import REPO, poll
+from support.sim import REPO, poll
 
 from tuner.config import Outcome, Phase
 from tuner.sglang.logs import classify_failure
@@ -21,7 +21,6 @@ from tuner.sim import memory
 from tuner.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("conftest_sim",)
 
 FAKE_TORCH = REPO / "tests" / "fixtures" / "fake_torch"
 CARD_MIB = 2 * 143771  # the fake card is twice the scenario's: every figure doubles

@@ -17,7 +17,6 @@ from tuner.sim.scenario import load_scenario
 from tuner.sim.spacefile import launch_from_argv
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("conftest_sim",)  # the sim_factory fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 RE_QUEUE = re.compile(r"#queue-req: ([1-9]\d*)")

@@ -15,7 +15,6 @@ from tuner.sim import perf
 from tuner.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("conftest_sim",)  # the sim_factory fixture
 
 GLM5 = [
     "--model-path",

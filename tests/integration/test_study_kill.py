@@ -19,6 +19,7 @@ import optuna
 import psutil
 import pytest
 from optuna.trial import TrialState
+from support.cli import tiny_space
 
 from tuner.store.sql import SqlStore
 
@@ -28,27 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BUDGET = 2
 
 
-def _space(tmp: Path) -> Path:
-    text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()
-    path = tmp / "space.yaml"
-    path.write_text(text)
-    return path
-
-
 def _start(tmp: Path) -> subprocess.Popen[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "tuner",
-        "run",
-        "--space",
-        str(_space(tmp)),
-        "--db",
-        str(tmp / "exp.db"),
-        "--trials",
-        str(BUDGET),
-        "--plain",
-    ]
+    cmd = [sys.executable, "-m", "tuner", "run", "--space", str(tiny_space(tmp)),
+           "--db", str(tmp / "exp.db"), "--trials", str(BUDGET), "--plain"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         cmd,
@@ -154,24 +137,11 @@ def test_sigint_tears_down_records_interrupted_and_resumes(tmp_path: Path, marke
 
 
 def test_two_workers_share_one_study(tmp_path: Path) -> None:
-    space = _space(tmp_path)
-    cmd = [
-        sys.executable,
-        "-m",
-        "tuner",
-        "run",
-        "--space",
-        str(space),
-        "--db",
-        str(tmp_path / "exp.db"),
-        "--trials",
-        "4",
-        "--plain",
-    ]
-    workers = [
-        subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for _ in range(2)
-    ]
+    space = tiny_space(tmp_path)
+    cmd = [sys.executable, "-m", "tuner", "run", "--space", str(space),
+           "--db", str(tmp_path / "exp.db"), "--trials", "4", "--plain"]
+    workers = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True) for _ in range(2)]
     outputs = [w.communicate(timeout=180)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
     url = f"sqlite:///{tmp_path / 'exp.db'}"

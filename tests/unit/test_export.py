@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 import yaml
-from report_builders import SIM_LAUNCHER, make_row, study_data
+from support.reports import SIM_LAUNCHER, make_row, study_data
 
 from tuner.config import Outcome
 from tuner.errors import ProfileError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from result_builders import make_bench
+from support.results import make_bench
 
 from tuner.config import Failure, Outcome, Phase, ServerFacts, TrialConfig
 from tuner.metrics import trial_values

@@ -10,7 +10,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 from optuna.trial import TrialState
-from test_store_contract import make_result, record
+from support.stored import make_result, record
 
 from tuner.config import Outcome
 from tuner.errors import InfrastructureError, StoreLostError

@@ -9,7 +9,7 @@ from dataclasses import replace
 import optuna
 import pandas as pd
 import pytest
-from report_builders import frozen, make_row, study_data
+from support.reports import frozen, make_row, study_data
 
 from tuner.config import Outcome
 from tuner.errors import ReportError

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from report_builders import make_row, study_data
+from support.reports import make_row, study_data
 
 from tuner.config import Outcome
 from tuner.errors import ConfigError

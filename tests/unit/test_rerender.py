@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
-from report_builders import SIM_LAUNCHER, make_row, study_data
+from support.reports import SIM_LAUNCHER, make_row, study_data
 
 from tuner.config import CudaGraph, TrialConfig
 from tuner.errors import ProfileError

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from search_efficiency import score  # benchmarks/ is on the test path (pyproject.toml)
+from search_strategies import STRATEGIES
+from search_world import World, world
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-from search_efficiency import score  # noqa: E402
-from search_strategies import STRATEGIES  # noqa: E402
-from search_world import World, world  # noqa: E402
-
-from tuner.config import Outcome  # noqa: E402
+from tuner.config import Outcome
 
 BUDGET = 4  # below what finalists need: a short run, every launch explores
 

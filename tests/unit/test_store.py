@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
-from test_store_contract import make_bench, make_launch, make_result, record
+from support.stored import make_bench, make_launch, make_result, record
 
 from tuner.config import Failure, Outcome, Phase, TrialConfig
 from tuner.errors import ConfigError, StoreError

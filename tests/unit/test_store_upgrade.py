@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from test_store_contract import make_result, record
+from support.stored import make_result, record
 
 from tuner.store import schema as store_schema
 from tuner.store.sql import SqlStore

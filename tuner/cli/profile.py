@@ -168,7 +168,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
-    from tuner.metrics import SPREAD_METRICS
+    from tuner.metrics import METRICS, SPREAD_METRICS
     from tuner.report.export import build_profile, select
     from tuner.report.frame import load_study_data
     from tuner.space.loader import load_space
@@ -220,9 +220,10 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     for metric in SPREAD_METRICS:
         spread = profile.confirmations.get(metric)
         if spread is not None:
+            m = METRICS[metric]  # label and format from the registry
             print(
-                f"  {metric:<18} median {spread.median:>14,.2f}   min {spread.low:>14,.2f}   "
-                f"max {spread.high:>14,.2f}   n={spread.n}"
+                f"  {m.title:<18} median {m.show(spread.median):>16}   min {m.show(spread.low):>16}   "
+                f"max {m.show(spread.high):>16}   n={spread.n}"
             )
     print(f"export it: python -m tuner export --db {url} --study {run.study} --trial {run.trial} --format sh")
     if run.interrupted:

@@ -16,8 +16,8 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.report.frame import EXCERPT_LINES, compact_params, failure_class
+from tuner.store.protocol import ResultStore
 from tuner.store.rows import StoredTrial
-from tuner.store.sql import SqlStore
 
 __all__ = [
     "MIN_IMPORTANCE_TRIALS",
@@ -150,7 +150,7 @@ def _target(index: int, sign: float) -> Callable[[FrozenTrial], float]:
 # ------------------------------------------------------------------------------------ requests
 
 
-def requests_frame(store: SqlStore, rows: Sequence[StoredTrial]) -> pd.DataFrame:
+def requests_frame(store: ResultStore, rows: Sequence[StoredTrial]) -> pd.DataFrame:
     """Every request record of the given trials, with trial, row_id and ttft_ms / tpot_ms / e2e_ms."""
     frames = []
     for row in rows:

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from tuner.errors import ReportError
 from tuner.front import non_dominated
+from tuner.metrics import HEADLINE
 from tuner.report.frame import StudyData, measurements, median_measurements, trials_frame
 
 __all__ = ["front_frame", "non_dominated", "pareto_front", "pareto_numbers"]
@@ -80,19 +81,7 @@ def front_frame(data: StudyData, front: Sequence[int] | None = None) -> pd.DataF
     frame = frame[frame["trial"].isin(numbers)]
     objectives = [m for m in data.metric_names if m in frame.columns]
     first = ["trial", "knobs", *objectives]
-    rest = [
-        c
-        for c in (
-            "kv_tokens",
-            "output_throughput",
-            "total_throughput",
-            "ttft_p99_ms",
-            "tpot_p99_ms",
-            "min_free_vram_mib",
-            "n_confirm",
-        )
-        if c not in first
-    ]
+    rest = [c for c in (*HEADLINE, "n_confirm") if c not in first]  # the registry's headline metrics
     ascending = bool(data.directions and data.directions[0] == "minimize")
     if objectives:
         frame = frame.sort_values(objectives[0], ascending=ascending)

@@ -25,13 +25,13 @@ from tuner.report.frame import (
     trials_frame,
 )
 from tuner.report.pareto import pareto_front
-from tuner.store.sql import SqlStore
+from tuner.store.protocol import ResultStore
 
 _COLUMNS = ("kv_tokens", "output_throughput", "min_free_vram_mib")  # headings from tuner.metrics
 _STATUS_STYLE = {"feasible": "green", "infeasible": "yellow", "failed": "red", "pruned": "cyan"}
 
 
-def study_data(store: SqlStore, study_name: str, study: optuna.Study | None) -> StudyData:
+def study_data(store: ResultStore, study_name: str, study: optuna.Study | None) -> StudyData:
     """StudyData from an open store and, when the caller has one, its Optuna study."""
     if study is None:
         return load_study_data(store.url, study_name)
@@ -48,7 +48,9 @@ def study_data(store: SqlStore, study_name: str, study: optuna.Study | None) -> 
     )
 
 
-def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, console: Any = None) -> None:
+def print_status(
+    store: ResultStore, study_name: str, study: optuna.Study | None, console: Any = None
+) -> None:
     """Trials (knobs in one compact column), failures by class and the Pareto front, as tables."""
     console = console or Console(width=None if sys.stdout.isatty() else 200)
     data = study_data(store, study_name, study)

@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import StoreError, StoreLostError
 from tuner.store.connect import mask_url
 from tuner.store.health import StoreWatch
+from tuner.store.protocol import ResultStore
 from tuner.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def mark_pending(trial: optuna.Trial, *, state: TrialState, values: tuple[float,
     trial.set_user_attr(PENDING, {"state": state.name, "values": list(values)})
 
 
-def finish_recorded(study: optuna.Study, store: SqlStore, study_name: str, trial: FrozenTrial) -> bool:
+def finish_recorded(study: optuna.Study, store: ResultStore, study_name: str, trial: FrozenTrial) -> bool:
     """Finish the tell of a dead worker's trial whose row was written; True when done.
 
     Only a trial told COMPLETE is finished here: a pending FAIL is failed and retried by the

@@ -14,12 +14,12 @@ from tuner.config import Verdict
 from tuner.objectives import judge
 from tuner.result import TrialResult
 from tuner.space.loader import SearchSpace
-from tuner.store.sql import SqlStore
+from tuner.store.protocol import ResultStore
 from tuner.study.storage import objectives_of
 
 
 def record_repeat(
-    store: SqlStore,
+    store: ResultStore,
     space: SearchSpace,
     result: TrialResult,
     *,

@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from support.cli import tiny_space
 
 from tuner.cli import main
 from tuner.metrics import BENCH_METRICS
@@ -29,12 +30,6 @@ def _copy(name: str, tmp_path: Path) -> Path:
     db = tmp_path / "experiments.db"
     shutil.copyfile(FIXTURES / name, db)
     return db
-
-
-def _space(tmp_path: Path) -> Path:
-    space = tmp_path / "space.yaml"
-    space.write_text((ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text())
-    return space
 
 
 def _move_stored_space(db: Path, space: Path) -> None:
@@ -78,7 +73,7 @@ def test_a_database_without_a_stored_space_opens_and_resumes_with_it(
     monkeypatch.chdir(tmp_path)
     db = _copy(name, tmp_path)
     _show_and_export(db, 3, capsys)
-    assert main(["run", "--space", str(_space(tmp_path)), "--trials", "4"]) == 0
+    assert main(["run", "--space", str(tiny_space(tmp_path)), "--trials", "4"]) == 0
     _resumed(db, 3)
 
 
@@ -87,7 +82,7 @@ def test_the_current_release_database_resumes_with_run_alone(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     db = _copy("v2-cd5d975.db", tmp_path)
-    _move_stored_space(db, _space(tmp_path))
+    _move_stored_space(db, tiny_space(tmp_path))
     _show_and_export(db, 5, capsys)
     assert main(["report", "--db", str(db), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "trials.csv").is_file()
@@ -102,7 +97,7 @@ def test_a_database_missing_a_metric_column_resumes(
     """As after an upgrade that added a metric: the column is added on open, old rows hold None."""
     monkeypatch.chdir(tmp_path)
     db = _copy("v2-cd5d975.db", tmp_path)
-    _move_stored_space(db, _space(tmp_path))
+    _move_stored_space(db, tiny_space(tmp_path))
     con = sqlite3.connect(db)
     with con:
         con.execute("ALTER TABLE tuner_trials DROP COLUMN tpot_p99_ms")

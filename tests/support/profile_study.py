@@ -1,6 +1,6 @@
 """One short study on the simulator, made once per test session and shared.
 
-Use it with `pytest_plugins = ("profile_study",)` and the `profile_study` fixture;
+The `profile_study` fixture is registered for every test by tests/conftest.py;
 import names from here only under TYPE_CHECKING (an earlier import would keep
 pytest from rewriting this module's asserts).
 
