@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from tuner.config import MAX_GPU_INDEX
+from tuner.errors import ConfigError
 from tuner.space.source import parse_duration
 
 
@@ -84,6 +88,47 @@ def print_result_json(result: object, argv: Sequence[str], env: Sequence[tuple[s
         launch["argv"] = list(redact_argv(launch.get("argv") or ()))
         launch["env"] = redact_env(launch.get("env") or {})
     print(json.dumps(scrub_tree(data, secret_values(argv, env)), indent=2, sort_keys=False))
+
+
+@contextlib.contextmanager
+def written(path: Path, what: str) -> Iterator[Path]:
+    """A temporary path beside `path` to write; renamed to `path` when the block ends without error.
+
+    A full disk or a killed process never leaves a truncated file under the real name; any
+    OSError (a missing or read-only folder, a folder given where a file belongs) becomes one
+    ConfigError line naming the path.
+    """
+    if path.is_dir():
+        raise ConfigError(f"{what} {path}: is a folder; expected a file path")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # the suffix names the format
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def write_file(path: Path, text: str, what: str, *, mode: int | None = None) -> None:
+    """Write `text` to `path` through a temporary file and a rename (see `written`)."""
+    with written(path, what) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+        if mode is not None:
+            os.chmod(tmp, mode)
+
+
+def output_folder(path: Path, what: str) -> Path:
+    """`path` as a folder to write files into (created); ConfigError when it cannot be one."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} {path}: is a file; expected a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot create the folder: {exc.strerror or exc}") from None
+    return path
 
 
 def print_json(value: object) -> None:

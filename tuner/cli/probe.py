@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, Workload, WorkloadKind
 from tuner.bench.types import BenchResult, LoadPointResult
 from tuner.errors import ConfigError
@@ -107,6 +109,18 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
         workload["kind"] = (
             WorkloadKind.JSONL if str(args.dataset).endswith(".jsonl") else WorkloadKind.SHAREGPT
         )
+    try:
+        return _built_settings(args, workload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first.get("loc") or ()
+        flag = f"--{str(loc[-1]).replace('_', '-')}: " if loc and loc[-1] != "load_points" else ""
+        given = first.get("input")
+        got = f" (got {given!r})" if given is not None and not isinstance(given, (dict, list, tuple)) else ""
+        raise ConfigError(f"bench: {flag}{first['msg']}{got}") from None
+
+
+def _built_settings(args: argparse.Namespace, workload: dict[str, object]) -> BenchSettings:
     extra = {"request_rate": args.request_rate, "num_prompts": args.num_prompts}
     points = tuple(
         LoadPoint.model_validate({"concurrency": c, **{k: v for k, v in extra.items() if v is not None}})
@@ -120,10 +134,7 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
     }
     if args.settle is not None:
         settings["settle_s"] = args.settle
-    try:
-        return BenchSettings.model_validate(settings)
-    except ValueError as exc:
-        raise ConfigError(f"bench: {exc}") from exc
+    return BenchSettings.model_validate(settings)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuner.cli.output import positive_int
+from tuner.cli.output import output_folder, positive_int, write_file, written
 from tuner.errors import ConfigError
 
 
@@ -156,10 +156,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    if args.format == "sh":
-        os.chmod(args.output, 0o755)
+    write_file(args.output, text, "-o", mode=0o755 if args.format == "sh" else None)
     print(
         f"wrote {args.output} (study {profile.study}, trial {profile.trial}, {args.format})", file=sys.stderr
     )
@@ -242,32 +239,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.html is not None:
         from tuner.report.page import study_page
 
-        args.html.parent.mkdir(parents=True, exist_ok=True)
-        args.html.write_text(study_page(data), encoding="utf-8")
+        write_file(args.html, study_page(data), "--html")
         print(f"wrote {args.html}")
         if args.out is None:
             return 0
     front = pareto_front(data)
     frame = trials_frame(data, front)
     context = context_line(data)
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "trials.csv", index=False)
-    front_frame(data, front).to_csv(out / "front.csv", index=False)
-    failures_frame(data.rows).to_csv(out / "failures.csv", index=False)
+    out = output_folder(args.out, "--out")
+
+    def save(name: str, write: Callable[[Path], object]) -> None:
+        with written(out / name, "--out") as tmp:
+            write(tmp)
+
+    save("trials.csv", lambda p: frame.to_csv(p, index=False))
+    save("front.csv", lambda p: front_frame(data, front).to_csv(p, index=False))
+    save("failures.csv", lambda p: failures_frame(data.rows).to_csv(p, index=False))
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
-    importances.table.to_csv(out / "importances.csv")
-    save_png(pareto_plot(frame, title=f"{data.name}: Pareto front", context=context), out / "pareto.png")
-    save_png(history_plot(frame, context=context), out / "history.png")
+    save("importances.csv", importances.table.to_csv)
+    title = f"{data.name}: Pareto front"
+    save("pareto.png", lambda p: save_png(pareto_plot(frame, title=title, context=context), p))
+    save("history.png", lambda p: save_png(history_plot(frame, context=context), p))
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
-        save_png(metric_vs_param_plot(frame, context=context), out / "mem_fraction.png")
+        save("mem_fraction.png", lambda p: save_png(metric_vs_param_plot(frame, context=context), p))
     with SqlStore(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:
-        save_png(latency_plot(requests), out / "latency.png")
+        save("latency.png", lambda p: save_png(latency_plot(requests), p))
     print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
     return 0
