@@ -95,12 +95,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tuner.cli.display import RunDisplay
+    from tuner.engine import engine_for
     from tuner.store.connect import database_url
     from tuner.study.events import Hooks, TrialEvent
     from tuner.study.runner import StudyRunner
 
     url = database_url(args.db)
     space, study_name = _space_to_run(args, url)
+    engine_for(space, state_root=None)  # a missing interpreter is refused before anything is written
     sets = args.parallel if args.parallel is not None else space.budget.parallel
     if sets < 1:
         raise ConfigError(f"--parallel: expected at least 1 (got {sets})")
@@ -113,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from tuner.study.warm import WarmStart
 
         warm = WarmStart(url=database_url(args.warm_start_db or args.db), study=args.warm_start)
+        warm.trials()  # an absent study or database is refused before this run writes anything
     runner = StudyRunner(
         space,
         db_url=url,
