@@ -223,16 +223,22 @@ def gate_settings(args: argparse.Namespace) -> GateSettings:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from tuner.cli.output import print_json
+    from tuner.cli.output import print_json, written
     from tuner.gate.run import gate
     from tuner.sglang.server import captured_sizes
 
     settings = gate_settings(args)
+    if args.record is not None:  # a path that cannot be written is refused before the gate runs
+        with written(args.record, "--record") as probe:
+            probe.write_text("")
     url = args.url.rstrip("/")
     book = ReferenceBook(settings.reference, None) if settings.reference.enabled else None
     result = gate(url, settings, captured_bs=captured_sizes(url), model=args.model, reference=book)
     if args.record is not None and result.reference is not None:
-        write_reference(args.record, result.reference.outputs, source=f"server {url}", model=result.model)
+        try:
+            write_reference(args.record, result.reference.outputs, source=f"server {url}", model=result.model)
+        except OSError as exc:
+            raise ConfigError(f"--record {args.record}: cannot write: {exc.strerror or exc}") from None
         print(f"wrote {len(result.reference.outputs)} greedy outputs to {args.record}", file=sys.stderr)
     if args.json:
         print_json(result)

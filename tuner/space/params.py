@@ -277,14 +277,20 @@ def parse_text(param: Param, text: str) -> Any:
         return _parse_bool(stripped)
     if param.kind is ParamKind.FLOAT:
         try:
-            return float(stripped)
+            number = float(stripped)
         except ValueError:
             raise ValueError("a number") from None
+        if not math.isfinite(number):
+            raise ValueError("a finite number")
+        return number
     if param.kind is ParamKind.INT:
         try:
-            return int(stripped)
+            whole = int(stripped)
         except ValueError:
             raise ValueError("an integer") from None
+        if not -(2**63) < whole < 2**63:
+            raise ValueError("an integer with |n| < 2**63")
+        return whole
     for choice in param.choices:  # categorical: match the text form of a choice
         if show_choice(choice) == stripped or (choice is None and stripped.lower() in ("none", "null", "~")):
             return choice
