@@ -116,13 +116,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         warm = WarmStart(url=database_url(args.warm_start_db or args.db), study=args.warm_start)
         warm.trials()  # an absent study or database is refused before this run writes anything
-    runner = StudyRunner(
-        space,
-        db_url=url,
-        study_name=study_name,
-        n_trials=args.trials,
-        timeout_s=args.timeout,
-        warm_start=warm,
+    from tuner.interrupts import INTERRUPTS
+
+    # opening may wait up to a minute on a database another process holds locked: a stop ends the wait
+    runner = INTERRUPTS.blocking(
+        lambda: StudyRunner(
+            space,
+            db_url=url,
+            study_name=study_name,
+            n_trials=args.trials,
+            timeout_s=args.timeout,
+            warm_start=warm,
+        )
     )
     metric_names = [o.metric for o in space.objectives]
     if args.worker_events:

@@ -79,13 +79,38 @@ def _diff(old: Any, new: Any, where: str) -> list[str]:
             else:
                 out.extend(_diff(old[key], new[key], path))
         return out
-    return [] if old == new else [f"{where}: {_show(old)} -> {_show(new)}"]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [
+            line
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            for line in _diff(a, b, f"{where}[{i}]")
+        ]
+    return [] if old == new else [f"{where}: {_show_change(old, new)}"]
+
+
+def _dumped(value: Any) -> str:
+    dumped = str(yaml.safe_dump(value, default_flow_style=True, width=10_000))
+    return dumped.strip().removesuffix("...").strip()
 
 
 def _show(value: Any) -> str:
-    dumped = str(yaml.safe_dump(value, default_flow_style=True, width=10_000))
-    text = dumped.strip().removesuffix("...").strip()
+    text = _dumped(value)
     return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _show_change(old: Any, new: Any) -> str:
+    """`old -> new`; long values are cut around where they first differ, so the change stays visible."""
+    a, b = _dumped(old), _dumped(new)
+    if len(a) <= 80 and len(b) <= 80:
+        return f"{a} -> {b}"
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, first - 20)
+
+    def window(text: str) -> str:
+        cut = text[start : start + 60]
+        return ("…" if start else "") + cut + ("…" if start + 60 < len(text) else "")
+
+    return f"{window(a)} -> {window(b)}"
 
 
 def remember_space(study: optuna.Study, space: SearchSpace) -> None:
