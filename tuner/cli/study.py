@@ -96,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def cmd_run(args: argparse.Namespace) -> int:
     from tuner.cli.display import RunDisplay
     from tuner.engine import engine_for
+    from tuner.session import check_gpu_indices
     from tuner.store.connect import database_url
     from tuner.study.events import Hooks, TrialEvent
     from tuner.study.runner import StudyRunner
@@ -103,6 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     url = database_url(args.db)
     space, study_name = _space_to_run(args, url)
     engine_for(space, state_root=None)  # a missing interpreter is refused before anything is written
+    check_gpu_indices(space)  # so are GPUs the node does not have
     sets = args.parallel if args.parallel is not None else space.budget.parallel
     if sets < 1:
         raise ConfigError(f"--parallel: expected at least 1 (got {sets})")
