@@ -78,6 +78,11 @@ def _alias_bomb() -> bytes:
     return _space(**{"version: 1\n": "version: 1\n" + "\n".join(lines) + "\n"})
 
 
+def _no_params() -> bytes:
+    start, end = TINY.index("params:\n"), TINY.index("gate:\n")
+    return (TINY[:start] + "params: []\n\n" + TINY[end:]).encode()
+
+
 def _with_space(*argv: str, **edits: str) -> tuple[tuple[str, bytes], ...]:
     return (("space.yaml", _space(**edits)),)
 
@@ -116,6 +121,70 @@ HARDENING = [
     Case("seed-negative", (*RUN, "--seed=-1"), "--seed", _with_space()),
     Case("sampler-seed-huge", RUN, "seed", _with_space(**{"seed: 1": "seed: 99999999999"})),
     Case("gpus-empty-item", (*RUN, "--gpus", "0,,1"), "--gpus", _with_space()),
+    Case("db-in-memory", (*RUN[:3], "--db", "sqlite://"), "in-memory", _with_space()),
+    Case("db-read-only-for-run", (*RUN[:3], "--db", "sqlite:///exp.db?mode=ro"), "read-only", _with_space()),
+    Case(
+        "db-mysql-no-driver", (*RUN[:3], "--db", "mysql://u:p@h/db"), "driver is not installed", _with_space()
+    ),
+    Case("db-unknown-scheme", (*RUN[:3], "--db", "foo://bar"), "not a database URL", _with_space()),
+    Case(
+        "warm-start-db-absent",
+        (*RUN, "--warm-start", "x", "--warm-start-db", "nope.db"),
+        "no experiments database",
+        _with_space(),
+    ),
+    Case(
+        "engine-python-missing",
+        RUN,
+        "not an executable interpreter",
+        (
+            (
+                "space.yaml",
+                b"name: s\nengine: {kind: sglang, python: /nonexistent}\nsglang_version: '0.5.9'\n"
+                b"fixed_flags: {model-path: /m}\nparams:\n  - {name: mem-fraction-static, kind: float, "
+                b"low: 0.5, high: 0.9}\n",
+            ),
+        ),
+    ),
+    Case("parallel-too-many", (*RUN, "--parallel", "5"), "--parallel 5", _with_space()),
+    Case("gpus-not-on-node", (*RUN, "--gpus", "5"), "not on this node", _with_space()),
+    Case("budget-timeout-0", RUN, "must be > 0", _with_space(**{"timeout: 2m": "timeout: 0"})),
+    Case("params-empty", RUN, "at least one param", (("space.yaml", _no_params()),)),
+    Case(
+        "space-gpus-empty",
+        RUN,
+        "empty list names no GPU",
+        _with_space(**{"gpu_busy_policy": "gpus: []\ngpu_busy_policy"}),
+    ),
+    Case(
+        "forbidden-everything",
+        RUN,
+        "forbids every configuration",
+        _with_space(**{"baselines:": "forbidden:\n  - {cuda_graph: [off, 8, 16]}\nbaselines:"}),
+    ),
+    Case(
+        "set-nan",
+        ("trial", "--space", "space.yaml", "--set", "mem-fraction-static=nan"),
+        "finite",
+        _with_space(),
+    ),
+    *[
+        Case(
+            f"bench-{flag.strip('-')}-{value}",
+            ("bench", "--url", "http://127.0.0.1:9", flag, value),
+            flag,
+            (),
+        )
+        for flag, value in (
+            ("--concurrency", "0"),
+            ("--input-len", "0"),
+            ("--num-prompts", "0"),
+            ("--range-ratio", "2"),
+            ("--request-rate", "-1"),
+            ("--input-len", "100000000"),
+        )
+    ],
+    Case("gate-record-proc", ("gate", "--url", "http://127.0.0.1:9", "--record", "/proc/x"), "cannot write"),
     Case(
         "set-newline",
         ("trial", "--space", "space.yaml", "--set", "chunked-prefill-size=a\nb"),

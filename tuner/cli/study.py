@@ -98,11 +98,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tuner.engine import engine_for
     from tuner.session import check_gpu_indices
     from tuner.store.connect import database_url
+    from tuner.store.preflight import check_database
     from tuner.study.events import Hooks, TrialEvent
     from tuner.study.runner import StudyRunner
 
     url = database_url(args.db)
     space, study_name = _space_to_run(args, url)
+    check_database(url, create=True)  # the database first: its mistakes are the likelier ones
     engine_for(space, state_root=None)  # a missing interpreter is refused before anything is written
     check_gpu_indices(space)  # so are GPUs the node does not have
     sets = args.parallel if args.parallel is not None else space.budget.parallel
