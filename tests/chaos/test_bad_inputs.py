@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +78,32 @@ def _alias_bomb() -> bytes:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
     return _space(**{"version: 1\n": "version: 1\n" + "\n".join(lines) + "\n"})
+
+
+_STUDY_DB: list[Path] = []
+
+
+def _study_db(tmp: Path) -> None:
+    """A database with one recorded trial of the tiny space (run once per session, then copied)."""
+    if not _STUDY_DB:
+        folder = Path(tempfile.mkdtemp(prefix="tuner-corpus-"))
+        (folder / "space.yaml").write_text(TINY)
+        argv = [
+            sys.executable,
+            "-m",
+            "tuner",
+            "run",
+            "--space",
+            "space.yaml",
+            "--db",
+            "exp.db",
+            "--trials",
+            "1",
+        ]
+        subprocess.run([*argv, "--plain"], cwd=folder, capture_output=True, timeout=120, check=True)
+        _STUDY_DB.append(folder / "exp.db")
+    shutil.copy(_STUDY_DB[0], tmp / "exp.db")
+    (tmp / "space.yaml").write_text(TINY)
 
 
 def _no_params() -> bytes:
@@ -185,6 +213,22 @@ HARDENING = [
         )
     ],
     Case("gate-record-proc", ("gate", "--url", "http://127.0.0.1:9", "--record", "/proc/x"), "cannot write"),
+    Case(
+        "export-to-proc",
+        ("export", "--db", "exp.db", "--best", "-o", "/proc/x.sh"),
+        "cannot write",
+        make=_study_db,
+    ),
+    Case(
+        "export-to-folder", ("export", "--db", "exp.db", "--best", "-o", "."), "is a folder", make=_study_db
+    ),
+    Case(
+        "html-to-proc", ("report", "--db", "exp.db", "--html", "/proc/x.html"), "cannot write", make=_study_db
+    ),
+    Case("html-to-folder", ("report", "--db", "exp.db", "--html", "."), "is a folder", make=_study_db),
+    Case(
+        "report-out-a-file", ("report", "--db", "exp.db", "--out", "space.yaml"), "is a file", make=_study_db
+    ),
     Case(
         "set-newline",
         ("trial", "--space", "space.yaml", "--set", "chunked-prefill-size=a\nb"),

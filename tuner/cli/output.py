@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -110,6 +111,20 @@ def written(path: Path, what: str) -> Iterator[Path]:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
+
+
+def check_writable(path: Path, what: str) -> None:
+    """ConfigError unless a file can be written at `path` later; checks without leaving anything."""
+    if path.is_dir():
+        raise ConfigError(f"{what} {path}: is a folder; expected a file path")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def write_file(path: Path, text: str, what: str, *, mode: int | None = None) -> None:

@@ -223,14 +223,13 @@ def gate_settings(args: argparse.Namespace) -> GateSettings:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from tuner.cli.output import print_json, written
+    from tuner.cli.output import check_writable, print_json
     from tuner.gate.run import gate
     from tuner.sglang.server import captured_sizes
 
     settings = gate_settings(args)
     if args.record is not None:  # a path that cannot be written is refused before the gate runs
-        with written(args.record, "--record") as probe:
-            probe.write_text("")
+        check_writable(args.record, "--record")
     url = args.url.rstrip("/")
     book = ReferenceBook(settings.reference, None) if settings.reference.enabled else None
     result = gate(url, settings, captured_bs=captured_sizes(url), model=args.model, reference=book)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuner.cli.output import output_folder, positive_int, write_file, written
+from tuner.cli.output import check_writable, output_folder, positive_int, write_file, written
 from tuner.errors import ConfigError
 
 
@@ -128,6 +128,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.report.profile import render
     from tuner.store.connect import database_url
 
+    if args.output is not None:  # a path that cannot be written is refused before anything is said
+        check_writable(args.output, "-o")
     data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args))
     if args.trial is None and (args.allow_infeasible and not args.best):
         raise ConfigError(
@@ -234,6 +236,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.out is None and args.html is None:
         raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")
+    if args.html is not None:
+        check_writable(args.html, "--html")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out}: is a file; expected a folder")
     url = database_url(args.db)
     data = load_study_data(url, args.study, preferred=_preferred(args))
     if args.html is not None:
