@@ -51,7 +51,7 @@ _NOT_SECRET = re.compile(r"TOKENIZ|(?:MAX|MIN|NUM)_?TOKENS(?![A-Z])", re.IGNOREC
 _FLAG_ANY_WORD = re.compile(r"password|passwd|pgpass|secret|credential", re.IGNORECASE)
 _FLAG_LAST_WORD = frozenset({"key", "token", "auth", "apikey", "authkey"})
 # scheme://user:password@host : the password is everything between the first ':' and the last '@'
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(?P<pw>[^\s/]*)(?P<at>@)")
+_URL_PASSWORD = re.compile(r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.-]*)?://[^\s:/@]*:)(?P<pw>[^\s/]*)(?P<at>@)")
 
 
 def is_secret_env(name: str) -> bool:
