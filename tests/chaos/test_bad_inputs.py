@@ -115,6 +115,8 @@ def _with_space(*argv: str, **edits: str) -> tuple[tuple[str, bytes], ...]:
     return (("space.yaml", _space(**edits)),)
 
 
+SPACE = (("space.yaml", TINY.encode()),)
+
 # Injected text, names that would be paths, values the store or a launch cannot hold, alias bombs.
 HARDENING = [
     Case("study-newline", (*RUN, "--study", "s\ntouch /tmp/PWNED #"), "--study", _with_space()),
@@ -130,6 +132,18 @@ HARDENING = [
         _with_space(**{"choices: [null, 2048, 4096]": 'choices: [null, "a\\ntouch PWNED"]'}),
     ),
     Case("int-above-2-63", RUN, "2**63", _with_space(**{"[off, 8, 16]": "[off, 8, 99999999999999999999]"})),
+    Case(
+        "graph-bs-text-huge",
+        RUN,
+        "batch sizes",
+        _with_space(**{"[off, 8, 16]": '[off, 8, "bs:1,2,99999999999999999999"]'}),
+    ),
+    Case(
+        "set-graph-huge",
+        ("trial", "--space", "space.yaml", "--set", "cuda_graph=max:99999999999999999999"),
+        "max batch size",
+        SPACE,
+    ),
     Case("bound-above-2-63", RUN, "2**63", _with_space(**{"high: 0.90": "high: 18446744073709551617"})),
     Case(
         "env-nul",
