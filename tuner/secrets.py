@@ -33,6 +33,7 @@ __all__ = [
     "is_secret_name",
     "redact_argv",
     "redact_env",
+    "readable_space_text",
     "redact_space_text",
     "redact_url",
     "redact_value",
@@ -194,6 +195,15 @@ def _placeholder(original: str) -> str:
     if isinstance(value, str) and _url_passwords(value):
         return json.dumps(redact_url(value))
     return json.dumps(REDACTED)
+
+
+_BARE_PLACEHOLDER = re.compile(r"(:[ \t]+)\*\*\*(?=[ \t]*(?:#.*)?$)", re.MULTILINE)
+
+
+def readable_space_text(text: str) -> str:
+    """A stored space file as YAML again: older versions wrote a bare `***` (an alias to YAML), which
+    made the whole text unreadable; it becomes the quoted placeholder."""
+    return _BARE_PLACEHOLDER.sub(lambda m: f'{m[1]}"{REDACTED}"', text)
 
 
 def redact_space_text(text: str, secrets: Iterable[str] = ()) -> str:

@@ -185,3 +185,13 @@ def test_yaml_and_json_exports_keep_hostile_text_as_values_and_leak_nothing() ->
     for text in (yml, js, sh):
         for secret in ("Q7z", "dbpw", "hfa", ": pg"):
             assert secret not in text, (secret, text)
+
+
+def test_a_space_stored_by_an_older_version_is_yaml_again() -> None:
+    from tuner.secrets import readable_space_text
+
+    old = "fixed_flags:\n  api-key: ***\n  model-path: /m\nenv:\n  HF_TOKEN: ***  # scrubbed\n"
+    assert yaml.safe_load(readable_space_text(old)) == {
+        "fixed_flags": {"api-key": "***", "model-path": "/m"},
+        "env": {"HF_TOKEN": "***"},
+    }

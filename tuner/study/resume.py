@@ -22,7 +22,7 @@ import yaml
 from optuna.trial import TrialState
 
 from tuner.errors import ConfigError
-from tuner.secrets import redact_space_text, secret_values
+from tuner.secrets import readable_space_text, redact_space_text, secret_values
 from tuner.space.loader import SearchSpace
 
 SPACE_TEXT = "space_text"
@@ -124,7 +124,8 @@ def remember_space(study: optuna.Study, space: SearchSpace) -> None:
         study.set_user_attr(SPACE_TEXT, text)
         study.set_user_attr(SPACE_PATH, str(path.resolve()))
         return
-    changes = space_changes(stored, text)
+    # a study stored by an older version: its placeholders made readable and today's rule applied
+    changes = space_changes(redact_space_text(readable_space_text(stored)), text)
     if changes:
         shown = "; ".join(changes[:MAX_SHOWN]) + (
             f"; +{len(changes) - MAX_SHOWN} more" if len(changes) > MAX_SHOWN else ""
@@ -157,7 +158,7 @@ def stored_studies(storage: optuna.storages.BaseStorage) -> list[StoredStudy]:
             StoredStudy(
                 name=summary.study_name,
                 space_path=path if isinstance(path, str) else None,
-                space_text=text if isinstance(text, str) else None,
+                space_text=readable_space_text(text) if isinstance(text, str) else None,
                 finished=finished,
                 budget=_budget(text) if isinstance(text, str) else None,
             )
