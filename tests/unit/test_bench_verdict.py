@@ -70,3 +70,25 @@ def test_a_changed_space_shows_the_change_not_two_equal_truncations() -> None:
     assert "params[0].choices[2]: 3 -> 4" in changes
     (prompt_change,) = [c for c in changes if c.startswith("gate.prompts")]
     assert "CHANGED" in prompt_change and "p37" in prompt_change
+
+
+def test_an_older_database_gains_the_failed_request_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    from tuner.store.schema import SCHEMA_VERSION
+    from tuner.store.sql import SqlStore
+
+    url = f"sqlite:///{tmp_path / 'exp.db'}"
+    SqlStore(url).close()
+    con = sqlite3.connect(tmp_path / "exp.db")
+    for column in ("failed_requests", "failed_fraction"):
+        con.execute(f"ALTER TABLE tuner_trials DROP COLUMN {column}")
+    con.execute("UPDATE tuner_schema SET version = 2")
+    con.commit()
+    con.close()
+    SqlStore(url).close()  # opening migrates
+    con = sqlite3.connect(tmp_path / "exp.db")
+    columns = {row[1] for row in con.execute("PRAGMA table_info(tuner_trials)")}
+    version = con.execute("SELECT version FROM tuner_schema").fetchone()[0]
+    con.close()
+    assert {"failed_requests", "failed_fraction"} <= columns and version == SCHEMA_VERSION == 3
