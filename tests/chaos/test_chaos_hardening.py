@@ -89,7 +89,8 @@ def test_a_server_frozen_in_the_benchmark_is_a_hang_and_the_study_goes_on(tmp_pa
         tmp_path,
         replace={
             "  scenario: tiny-fast\n": '  scenario: tiny-fast\n  sim_inject: ["freeze_at=bench"]\n',
-            "idle_read: 5s": "idle_read: 1s",
+            "idle_read: 5s": "idle_read: 0.5s",
+            "first_byte: 5s": "first_byte: 0.5s",
             "sigint_grace: 2s": "sigint_grace: 0.3s",
             "sigterm_grace: 2s": "sigterm_grace: 0.3s",
         },

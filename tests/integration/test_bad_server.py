@@ -68,13 +68,15 @@ def test_implausible_usage_fails_the_request_with_a_reason(tmp_path: Path, kind:
 
 def test_a_server_frozen_in_the_benchmark_is_a_hang(tmp_path: Path) -> None:
     fast = {
-        "idle_read: 5s": "idle_read: 1s",
+        "idle_read: 5s": "idle_read: 0.5s",
+        "first_byte: 5s": "first_byte: 0.5s",
         "sigint_grace: 2s": "sigint_grace: 0.3s",
         "sigterm_grace: 2s": "sigterm_grace: 0.3s",
     }
     result = _trial(_space(tmp_path, "freeze_at=bench", **fast))
     assert result.outcome is Outcome.HANG, result.failure
     assert result.failure is not None and "no progress on any open request for 1 s" in result.failure.message
+    assert result.bench is not None and result.bench.hung
 
 
 def test_bench_url_says_failed_and_exits_1(tmp_path: Path, sim_factory) -> None:  # type: ignore[no-untyped-def]

@@ -53,6 +53,31 @@ def positive_int(text: str) -> int:
     return value
 
 
+def database_arg(text: str) -> str:
+    """An argparse type for --db: refuses an in-memory SQLite database (every result would vanish)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(text) if "://" in text else None
+    except Exception:  # noqa: BLE001 - not a URL: checked when opened
+        parsed = None
+    memory = (
+        parsed is not None
+        and parsed.get_backend_name() == "sqlite"
+        and (
+            parsed.database in (None, "", ":memory:")
+            or "mode=memory" in (parsed.database or "")
+            or parsed.query.get("mode") == "memory"
+        )
+    )
+    if memory:
+        raise argparse.ArgumentTypeError(
+            f"an in-memory database keeps nothing once the command ends; expected a file path such as "
+            f"experiments.db (got {text!r})"
+        )
+    return text
+
+
 def study_name(text: str) -> str:
     """An argparse type: a study name (letters, digits, _ . -; it becomes a folder and a file's line)."""
     from tuner.names import name_problem

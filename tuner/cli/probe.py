@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, Workload, WorkloadKind
 from tuner.bench.types import BenchResult, LoadPointResult
+from tuner.cli.output import database_arg
 from tuner.errors import ConfigError
 from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook, write_reference
@@ -75,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     gate.set_defaults(handler=cmd_gate)
 
     ref = sub.add_parser("reference", help="write a reference file from a recorded trial's greedy outputs")
-    ref.add_argument("--db", default=None)
+    ref.add_argument("--db", type=database_arg, default=None)
     ref.add_argument("--study", default=None)
     ref.add_argument("--trial", type=int, required=True, metavar="N")
     ref.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
@@ -153,7 +154,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if failed is not None:
         print(failed, file=sys.stderr)
     if result.hung:
-        print(f"FAILED: {hang_message(settings.timeouts.idle_read_s)}", file=sys.stderr)
+        timeouts = settings.timeouts
+        print(f"FAILED: {hang_message(timeouts.first_byte_s, timeouts.idle_read_s)}", file=sys.stderr)
     ok = metrics is not None and metrics.completed and not result.client_bound and not result.hung
     return 0 if ok and failed is None else 1
 

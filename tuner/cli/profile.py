@@ -8,12 +8,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuner.cli.output import check_writable, output_folder, positive_int, write_file, written
+from tuner.cli.output import check_writable, database_arg, output_folder, positive_int, write_file, written
 from tuner.errors import ConfigError
 
 
 def _add_choice(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
+    p.add_argument(
+        "--db",
+        type=database_arg,
+        default=None,
+        help="SQLAlchemy URL or SQLite path (default ./experiments.db)",
+    )
     p.add_argument(
         "--study", default=None, help="study name (default: the space's, or the database's only one)"
     )
@@ -75,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     confirm.set_defaults(handler=cmd_confirm)
 
     report = sub.add_parser("report", help="write a study's tables (CSV) and plots (PNG) to a folder")
-    report.add_argument("--db", default=None)
+    report.add_argument("--db", type=database_arg, default=None)
     report.add_argument("--study", default=None)
     report.add_argument("--space", type=Path, default=None, help="take the study name from this space")
     report.add_argument("--out", type=Path, default=None, help="folder for the CSV and PNG files")

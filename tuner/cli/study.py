@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.output import duration, gpu_list, positive_int, seed, study_name
+from tuner.cli.output import database_arg, duration, gpu_list, positive_int, seed, study_name
 from tuner.config import Phase
 from tuner.errors import ConfigError, FlagError
 from tuner.space.loader import SearchSpace
@@ -28,7 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         help="search space YAML (default: resume the database's one unfinished study from its stored space)",
     )
-    run.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
+    run.add_argument(
+        "--db",
+        type=database_arg,
+        default=None,
+        help="SQLAlchemy URL or SQLite path (default ./experiments.db)",
+    )
     run.add_argument(
         "--study", type=study_name, default=None, help="study name (default from the space: NAME-vVERSION)"
     )
@@ -55,7 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="begin with an earlier study's feasible configs and rules",
     )
     run.add_argument(
-        "--warm-start-db", default=None, metavar="URL", help="the earlier study's database (default: --db)"
+        "--warm-start-db",
+        type=database_arg,
+        default=None,
+        metavar="URL",
+        help="the earlier study's database (default: --db)",
     )
     run.add_argument(
         "--seed", type=seed, default=None, help="sampler seed (overrides the space's sampler.seed)"
@@ -80,13 +89,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     validate.set_defaults(handler=cmd_validate)
 
     status = sub.add_parser("status", help="trials, failures by class and the Pareto front of a study")
-    status.add_argument("--db", default=None)
+    status.add_argument("--db", type=database_arg, default=None)
     status.add_argument("--study", default=None)
     status.add_argument("--space", type=Path, default=None, help="take the study name from this space")
     status.set_defaults(handler=cmd_status)
 
     studies = sub.add_parser("studies", help="list the studies in a database")
-    studies.add_argument("--db", default=None)
+    studies.add_argument("--db", type=database_arg, default=None)
     studies.add_argument(
         "--show-space", metavar="STUDY", default=None, help="print the space file stored with it"
     )

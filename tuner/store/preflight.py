@@ -96,8 +96,8 @@ def check_database(url: str, *, create: bool) -> None:
 
 
 def _check_kind(url: str, *, create: bool) -> None:
-    """Refuse what cannot keep results: an unknown scheme, a driver that is not installed, an
-    in-memory SQLite database (everything vanishes at exit), a read-only one for a command that writes."""
+    """Refuse what cannot keep results: an unknown scheme, a driver that is not installed, a read-only
+    SQLite database for a command that writes (in-memory ones are refused at the command line)."""
     shown = mask_url(url)
     try:
         parsed = make_url(url)
@@ -117,11 +117,6 @@ def _check_kind(url: str, *, create: bool) -> None:
             ) from None
         return
     database = parsed.database or ""
-    if database in ("", ":memory:") or "mode=memory" in database or parsed.query.get("mode") == "memory":
-        raise ConfigError(
-            f"--db {shown}: an in-memory database keeps nothing once the command ends; "
-            "expected a file path such as experiments.db"
-        )
     if create and (parsed.query.get("mode") == "ro" or "mode=ro" in database):
         raise ConfigError(
             f"--db {shown}: opened read-only (mode=ro), but this command records results; "
