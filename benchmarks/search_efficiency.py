@@ -41,10 +41,9 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first  # noqa: E402
 from search_world import World, hypervolume, world  # noqa: E402
 
-from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS  # noqa: E402
-
 from tuner.search.evidence import Evidence, knobs_of  # noqa: E402
 from tuner.search.rules import Rule, contradicts, covering, rules_from  # noqa: E402
+from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS  # noqa: E402
 
 SCENARIOS = ("glm5-nvfp4-sm120", "dsv32-fp8-h200", "glm5-nvfp4-b200-tp4")
 WITHIN = 0.02

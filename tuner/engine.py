@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -89,6 +90,11 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
         )
     if spec.kind == "sglang":
         python = spec.python or sys.executable
+        if shutil.which(python) is None:
+            raise ConfigError(
+                f"engine.python: {python} is not an executable interpreter (expected the Python that has "
+                f"SGLang installed) in {space.path}"
+            )
         version = sglang_version or space.sglang_version
         launching = state_root is not None
         installed = detect_sglang_version(python) if (launching or version == "auto") else None

@@ -19,8 +19,11 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 POLL_S = 0.05  # how often a bounded wait looks at the request
 
@@ -66,6 +69,28 @@ class Interrupts:
             if left <= 0:
                 return
             time.sleep(min(POLL_S, left))
+
+    def blocking(self, fn: Callable[[], T]) -> T:
+        """`fn()` run in a helper thread, so a stop request ends the wait within POLL_S even while `fn`
+        blocks in C (a database another process holds locked): Interrupted is raised here and the
+        helper, a daemon, ends with the process."""
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                box["error"] = exc
+
+        helper = threading.Thread(target=target, daemon=True, name="blocking")
+        helper.start()
+        while helper.is_alive():
+            helper.join(POLL_S)
+            self.check()
+        if "error" in box:
+            raise box["error"]
+        value: T = box["value"]
+        return value
 
     def nap(self, seconds: float) -> bool:
         """Sleep up to `seconds`, returning early (True) when a stop is asked; never raises."""

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
-MAX_NAME_LEN = 120
+MAX_NAME_LEN = 160  # a space name (100) + "-v" + a version (32) fits; PostgreSQL columns hold 255
 MAX_VERSION_LEN = 32
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 

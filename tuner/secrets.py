@@ -33,6 +33,7 @@ __all__ = [
     "is_secret_name",
     "redact_argv",
     "redact_env",
+    "readable_space_text",
     "redact_space_text",
     "redact_url",
     "redact_value",
@@ -51,7 +52,7 @@ _NOT_SECRET = re.compile(r"TOKENIZ|(?:MAX|MIN|NUM)_?TOKENS(?![A-Z])", re.IGNOREC
 _FLAG_ANY_WORD = re.compile(r"password|passwd|pgpass|secret|credential", re.IGNORECASE)
 _FLAG_LAST_WORD = frozenset({"key", "token", "auth", "apikey", "authkey"})
 # scheme://user:password@host : the password is everything between the first ':' and the last '@'
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(?P<pw>[^\s/]*)(?P<at>@)")
+_URL_PASSWORD = re.compile(r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.-]*)?://[^\s:/@]*:)(?P<pw>[^\s/]*)(?P<at>@)")
 
 
 def is_secret_env(name: str) -> bool:
@@ -194,6 +195,15 @@ def _placeholder(original: str) -> str:
     if isinstance(value, str) and _url_passwords(value):
         return json.dumps(redact_url(value))
     return json.dumps(REDACTED)
+
+
+_BARE_PLACEHOLDER = re.compile(r"(:[ \t]+)\*\*\*(?=[ \t]*(?:#.*)?$)", re.MULTILINE)
+
+
+def readable_space_text(text: str) -> str:
+    """A stored space file as YAML again: older versions wrote a bare `***` (an alias to YAML), which
+    made the whole text unreadable; it becomes the quoted placeholder."""
+    return _BARE_PLACEHOLDER.sub(lambda m: f'{m[1]}"{REDACTED}"', text)
 
 
 def redact_space_text(text: str, secrets: Iterable[str] = ()) -> str:

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import logging
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,11 +68,11 @@ def trial_session(
     before any of them launches, and the probe is closed however the block ends.
     """
     run_dir = Path(space.log_dir)
+    check_gpu_indices(space)
     engine = engine_for(space, state_root=state_root or run_dir)
     probe = probe_for(engine)
     live: LiveServers | None = None
     try:
-        check_gpu_indices(probe, space.gpus)
         live = LiveServers(run_dir)
         killed = live.stop_orphans()
         if killed:
@@ -96,11 +97,18 @@ def trial_session(
             probe.close()
 
 
-def check_gpu_indices(probe: GpuProbe, wanted: Sequence[int]) -> None:
-    """ConfigError (one line, before any launch) when a GPU asked for is not on this node."""
+def check_gpu_indices(space: SearchSpace) -> None:
+    """ConfigError (one line, before anything is written) when a GPU the space asks for is not on this
+    node, as the engine's GPU probe sees it (NVML, or the simulator's scenario) from a scratch folder."""
+    wanted = space.gpus
     if not wanted:
         return
-    present = sorted(d.index for d in probe.devices())
+    with tempfile.TemporaryDirectory(prefix="tuner-gpus-") as scratch:
+        probe = probe_for(engine_for(space, state_root=Path(scratch)))
+        try:
+            present = sorted(d.index for d in probe.devices())
+        finally:
+            probe.close()
     missing = [g for g in wanted if g not in present]
     if missing:
         have = ", ".join(map(str, present)) or "none"

@@ -243,7 +243,8 @@ class _TrialRun:
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
         if result.hung:
-            message = hang_message(space.bench.timeouts.idle_read_s)
+            timeouts = space.bench.timeouts
+            message = hang_message(timeouts.first_byte_s, timeouts.idle_read_s)
             return Failure(outcome=Outcome.HANG, phase=Phase.BENCH, message=message)
         metrics = result.objective_metrics
         if metrics is None or not metrics.completed:

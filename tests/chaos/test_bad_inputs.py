@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,15 +80,48 @@ def _alias_bomb() -> bytes:
     return _space(**{"version: 1\n": "version: 1\n" + "\n".join(lines) + "\n"})
 
 
+_STUDY_DB: list[Path] = []
+
+
+def _study_db(tmp: Path) -> None:
+    """A database with one recorded trial of the tiny space (run once per session, then copied)."""
+    if not _STUDY_DB:
+        folder = Path(tempfile.mkdtemp(prefix="tuner-corpus-"))
+        (folder / "space.yaml").write_text(TINY)
+        argv = [
+            sys.executable,
+            "-m",
+            "tuner",
+            "run",
+            "--space",
+            "space.yaml",
+            "--db",
+            "exp.db",
+            "--trials",
+            "1",
+        ]
+        subprocess.run([*argv, "--plain"], cwd=folder, capture_output=True, timeout=120, check=True)
+        _STUDY_DB.append(folder / "exp.db")
+    shutil.copy(_STUDY_DB[0], tmp / "exp.db")
+    (tmp / "space.yaml").write_text(TINY)
+
+
+def _no_params() -> bytes:
+    start, end = TINY.index("params:\n"), TINY.index("gate:\n")
+    return (TINY[:start] + "params: []\n\n" + TINY[end:]).encode()
+
+
 def _with_space(*argv: str, **edits: str) -> tuple[tuple[str, bytes], ...]:
     return (("space.yaml", _space(**edits)),)
 
+
+SPACE = (("space.yaml", TINY.encode()),)
 
 # Injected text, names that would be paths, values the store or a launch cannot hold, alias bombs.
 HARDENING = [
     Case("study-newline", (*RUN, "--study", "s\ntouch /tmp/PWNED #"), "--study", _with_space()),
     Case("study-empty", (*RUN, "--study", ""), "--study", _with_space()),
-    Case("study-300-chars", (*RUN, "--study", "s" * 300), "at most 120", _with_space()),
+    Case("study-300-chars", (*RUN, "--study", "s" * 300), "at most 160", _with_space()),
     Case("study-slash", (*RUN, "--study", "../x"), "--study", _with_space()),
     Case("version-escapes", RUN, "runs/ folder", _with_space(**{"version: 1": 'version: "1/../../../x"'})),
     Case("space-name-300", RUN, "at most 100", _with_space(**{"name: tiny-fast-sim": "name: " + "n" * 300})),
@@ -97,6 +132,18 @@ HARDENING = [
         _with_space(**{"choices: [null, 2048, 4096]": 'choices: [null, "a\\ntouch PWNED"]'}),
     ),
     Case("int-above-2-63", RUN, "2**63", _with_space(**{"[off, 8, 16]": "[off, 8, 99999999999999999999]"})),
+    Case(
+        "graph-bs-text-huge",
+        RUN,
+        "batch sizes",
+        _with_space(**{"[off, 8, 16]": '[off, 8, "bs:1,2,99999999999999999999"]'}),
+    ),
+    Case(
+        "set-graph-huge",
+        ("trial", "--space", "space.yaml", "--set", "cuda_graph=max:99999999999999999999"),
+        "max batch size",
+        SPACE,
+    ),
     Case("bound-above-2-63", RUN, "2**63", _with_space(**{"high: 0.90": "high: 18446744073709551617"})),
     Case(
         "env-nul",
@@ -116,6 +163,86 @@ HARDENING = [
     Case("seed-negative", (*RUN, "--seed=-1"), "--seed", _with_space()),
     Case("sampler-seed-huge", RUN, "seed", _with_space(**{"seed: 1": "seed: 99999999999"})),
     Case("gpus-empty-item", (*RUN, "--gpus", "0,,1"), "--gpus", _with_space()),
+    Case("db-in-memory", (*RUN[:3], "--db", "sqlite://"), "in-memory", _with_space()),
+    Case("db-read-only-for-run", (*RUN[:3], "--db", "sqlite:///exp.db?mode=ro"), "read-only", _with_space()),
+    Case(
+        "db-mysql-no-driver", (*RUN[:3], "--db", "mysql://u:p@h/db"), "driver is not installed", _with_space()
+    ),
+    Case("db-unknown-scheme", (*RUN[:3], "--db", "foo://bar"), "not a database URL", _with_space()),
+    Case(
+        "warm-start-db-absent",
+        (*RUN, "--warm-start", "x", "--warm-start-db", "nope.db"),
+        "no experiments database",
+        _with_space(),
+    ),
+    Case(
+        "engine-python-missing",
+        RUN,
+        "not an executable interpreter",
+        (
+            (
+                "space.yaml",
+                b"name: s\nengine: {kind: sglang, python: /nonexistent}\nsglang_version: '0.5.9'\n"
+                b"fixed_flags: {model-path: /m}\nparams:\n  - {name: mem-fraction-static, kind: float, "
+                b"low: 0.5, high: 0.9}\n",
+            ),
+        ),
+    ),
+    Case("parallel-too-many", (*RUN, "--parallel", "5"), "--parallel 5", _with_space()),
+    Case("gpus-not-on-node", (*RUN, "--gpus", "5"), "not on this node", _with_space()),
+    Case("budget-timeout-0", RUN, "must be > 0", _with_space(**{"timeout: 2m": "timeout: 0"})),
+    Case("params-empty", RUN, "at least one param", (("space.yaml", _no_params()),)),
+    Case(
+        "space-gpus-empty",
+        RUN,
+        "empty list names no GPU",
+        _with_space(**{"gpu_busy_policy": "gpus: []\ngpu_busy_policy"}),
+    ),
+    Case(
+        "forbidden-everything",
+        RUN,
+        "forbids every configuration",
+        _with_space(**{"baselines:": "forbidden:\n  - {cuda_graph: [off, 8, 16]}\nbaselines:"}),
+    ),
+    Case(
+        "set-nan",
+        ("trial", "--space", "space.yaml", "--set", "mem-fraction-static=nan"),
+        "finite",
+        _with_space(),
+    ),
+    *[
+        Case(
+            f"bench-{flag.strip('-')}-{value}",
+            ("bench", "--url", "http://127.0.0.1:9", flag, value),
+            flag,
+            (),
+        )
+        for flag, value in (
+            ("--concurrency", "0"),
+            ("--input-len", "0"),
+            ("--num-prompts", "0"),
+            ("--range-ratio", "2"),
+            ("--request-rate", "-1"),
+            ("--input-len", "100000000"),
+        )
+    ],
+    Case("gate-record-proc", ("gate", "--url", "http://127.0.0.1:9", "--record", "/proc/x"), "cannot write"),
+    Case(
+        "export-to-proc",
+        ("export", "--db", "exp.db", "--best", "-o", "/proc/x.sh"),
+        "cannot write",
+        make=_study_db,
+    ),
+    Case(
+        "export-to-folder", ("export", "--db", "exp.db", "--best", "-o", "."), "is a folder", make=_study_db
+    ),
+    Case(
+        "html-to-proc", ("report", "--db", "exp.db", "--html", "/proc/x.html"), "cannot write", make=_study_db
+    ),
+    Case("html-to-folder", ("report", "--db", "exp.db", "--html", "."), "is a folder", make=_study_db),
+    Case(
+        "report-out-a-file", ("report", "--db", "exp.db", "--out", "space.yaml"), "is a file", make=_study_db
+    ),
     Case(
         "set-newline",
         ("trial", "--space", "space.yaml", "--set", "chunked-prefill-size=a\nb"),

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from chaos_harness import STUDY, Tuner, check_invariants, make_space, study_facts
+from chaos_harness import STUDY, Tuner, check_invariants, make_space, study_facts, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(300)]
 
@@ -87,7 +89,8 @@ def test_a_server_frozen_in_the_benchmark_is_a_hang_and_the_study_goes_on(tmp_pa
         tmp_path,
         replace={
             "  scenario: tiny-fast\n": '  scenario: tiny-fast\n  sim_inject: ["freeze_at=bench"]\n',
-            "idle_read: 5s": "idle_read: 1s",
+            "idle_read: 5s": "idle_read: 0.5s",
+            "first_byte: 5s": "first_byte: 0.5s",
             "sigint_grace: 2s": "sigint_grace: 0.3s",
             "sigterm_grace: 2s": "sigterm_grace: 0.3s",
         },
@@ -97,3 +100,36 @@ def test_a_server_frozen_in_the_benchmark_is_a_hang_and_the_study_goes_on(tmp_pa
     facts = check_invariants(tmp_path, complete=2)
     assert [o for _, o, *_ in facts.rows] == ["hang", "hang"], facts.rows
     assert "no progress on any open request" in tuner.output
+
+
+LOCKER = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_waiting_on_a_locked_database_exits_130_within_seconds(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    make_space(tmp_path)
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(tmp_path / "exp.db")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        tuner = Tuner(tmp_path, 1)
+        wait_until(tuner.handlers_installed, 30, "the tuner's stop handler")
+        wait_until(lambda: "option table" in tuner.output, 30, "the tuner opening the database")
+        tuner.signal(sig)
+        started = time.monotonic()
+        code = tuner.wait(30)
+        assert code == 130, tuner.output[-2000:]
+        assert time.monotonic() - started < 5, "the stop waited for the lock"
+        assert "Traceback" not in tuner.output
+    finally:
+        locker.kill()
+        locker.wait()

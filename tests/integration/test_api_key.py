@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from tests.integration.conftest_sim import Sim, sim_factory  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration

@@ -73,3 +73,11 @@ def test_bad_gpu_list_is_a_usage_error(tmp_path: Path) -> None:
     done = tuner_in(tmp_path, "run", "--space", str(space), "--gpus", "0,x", "--db", str(tmp_path / "exp.db"))
     assert done.returncode == 2 and "expected GPU indices" in done.stderr
     assert not (tmp_path / "exp.db").exists()
+
+
+def test_a_database_server_that_refuses_is_one_line_without_its_password(tmp_path: Path) -> None:
+    done = _tuner(tmp_path, "status", "--db", "postgresql://me:pw-Secret-9@127.0.0.1:1/db")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "pw-Secret-9" not in done.stderr and "me:***@" in done.stderr
+    assert not list(tmp_path.iterdir())

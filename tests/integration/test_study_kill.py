@@ -33,15 +33,8 @@ def _start(tmp: Path) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "tuner", "run", "--space", str(tiny_space(tmp)),
            "--db", str(tmp / "exp.db"), "--trials", str(BUDGET), "--plain"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        cmd,
-        cwd=tmp,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
 
 
 def _lines_until(proc: subprocess.Popen[str], marker: str, timeout_s: float = 60.0) -> Iterator[str]:
@@ -71,23 +64,9 @@ def _sim_processes(tmp: Path) -> list[psutil.Process]:
 
 def _finish(tmp: Path) -> str:
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tuner",
-            "run",
-            "--space",
-            str(tmp / "space.yaml"),
-            "--db",
-            str(tmp / "exp.db"),
-            "--trials",
-            str(BUDGET),
-            "--plain",
-        ],
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-m", "tuner", "run", "--space", str(tmp / "space.yaml"),
+         "--db", str(tmp / "exp.db"), "--trials", str(BUDGET), "--plain"],
+        cwd=tmp, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stderr
@@ -108,9 +87,8 @@ def _check_study(tmp: Path) -> None:
     assert not list((tmp / "runs").glob("*/live/*.json")), "a live-server record was left"
 
 
-@pytest.mark.parametrize(
-    "marker", ["trial 0: launch", "trial 0: gate", "trial 0: bench", "trial 0: teardown", "trial 0: ok"]
-)
+@pytest.mark.parametrize("marker", ["trial 0: launch", "trial 0: gate", "trial 0: bench", "trial 0: teardown",
+                                    "trial 0: ok"])
 def test_sigkill_then_rerun_completes_exactly(tmp_path: Path, marker: str) -> None:
     proc = _start(tmp_path)
     for _ in _lines_until(proc, marker):

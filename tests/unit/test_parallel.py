@@ -74,16 +74,8 @@ def test_worker_events_round_trip_and_other_lines_are_not_events() -> None:
     assert hooks.on_start and hooks.on_phase and hooks.on_trial
     hooks.on_start(7, 3)
     hooks.on_phase(7, Phase.BENCH, "c4")
-    event = TrialEvent(
-        number=7,
-        outcome=Outcome.OOM,
-        values=(0.0, 1.5),
-        feasible=False,
-        reused_from=None,
-        message="CUDA out of memory",
-        duration_s=2.5,
-        overhead_s=0.1,
-    )
+    event = TrialEvent(number=7, outcome=Outcome.OOM, values=(0.0, 1.5), feasible=False, reused_from=None,
+                       message="CUDA out of memory", duration_s=2.5, overhead_s=0.1)
     hooks.on_trial(event)
     parsed = [parse_event(line) for line in out.getvalue().splitlines()]
     phase = PhaseChanged(trial=7, phase=Phase.BENCH, detail="c4")
@@ -108,15 +100,8 @@ def test_status_lists_every_running_trial_with_its_gpus() -> None:
         trial.set_user_attr("pid", 100 + gpus[0])
         trial.set_user_attr("gpus", gpus)
     study.tell(study.ask(), 1.0)
-    data = StudyData(
-        name="s",
-        url="sqlite://",
-        rows=(),
-        trials=tuple(study.trials),
-        metric_names=(),
-        directions=("minimize",),
-        best_numbers=None,
-    )
+    data = StudyData(name="s", url="sqlite://", rows=(), trials=tuple(study.trials), metric_names=(),
+                     directions=("minimize",), best_numbers=None)
     start = study.trials[0].datetime_start
     assert start is not None
     lines = running_lines(data, now=start + timedelta(seconds=12))

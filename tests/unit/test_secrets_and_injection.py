@@ -136,7 +136,7 @@ def test_the_stored_space_text_stays_valid_yaml_with_quoted_placeholders() -> No
 # --- names ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["", "s\ntouch x", "a/b", "..", "-x", "a" * 121, "caf\u00e9", "a b"])
+@pytest.mark.parametrize("name", ["", "s\ntouch x", "a/b", "..", "-x", "a" * 161, "caf\u00e9", "a b"])
 def test_unsafe_study_names_are_refused(name: str) -> None:
     assert name_problem(name)
 
@@ -185,3 +185,13 @@ def test_yaml_and_json_exports_keep_hostile_text_as_values_and_leak_nothing() ->
     for text in (yml, js, sh):
         for secret in ("Q7z", "dbpw", "hfa", ": pg"):
             assert secret not in text, (secret, text)
+
+
+def test_a_space_stored_by_an_older_version_is_yaml_again() -> None:
+    from tuner.secrets import readable_space_text
+
+    old = "fixed_flags:\n  api-key: ***\n  model-path: /m\nenv:\n  HF_TOKEN: ***  # scrubbed\n"
+    assert yaml.safe_load(readable_space_text(old)) == {
+        "fixed_flags": {"api-key": "***", "model-path": "/m"},
+        "env": {"HF_TOKEN": "***"},
+    }

@@ -19,7 +19,6 @@ from tuner.config import Failure, Outcome, Phase, TrialConfig
 from tuner.errors import ConfigError, StoreError
 from tuner.secrets import redact_argv, redact_env
 from tuner.store import schema as store_schema
-from tuner.store import sql as store_module
 from tuner.store.connect import database_url, make_engine, mask_url, optuna_storage_kwargs
 from tuner.store.sql import SqlStore
 
@@ -226,10 +225,7 @@ def test_version_1_attempts_shared_by_racing_writers_are_renumbered(tmp_path: Pa
 
     with SqlStore(file_url(tmp_path)) as store:
         assert [(t.config_hash, t.attempt) for t in store.trials("glm5-v1")] == [
-            ("h1", 1),
-            ("h1", 2),
-            ("h1", 3),
-            ("h2", 1),
+            ("h1", 1), ("h1", 2), ("h1", 3), ("h2", 1)
         ]
         record(store, config_hash="h1")
         assert store.trials("glm5-v1")[-1].attempt == 4

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from tuner.errors import StoreError
+from tuner.errors import ReleaseTimeoutError, StoreError
 from tuner.space.loader import load_space, suggest
 from tuner.study.retry import retry, unrecordable
 from tuner.study.runner import StudyRunner
@@ -84,3 +84,26 @@ def test_retries_are_counted_apart_from_the_configurations_own_failures(tmp_path
     retry(study, study.get_trials(deepcopy=False)[0], reason="infra_error")
     (waiting,) = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert waiting.user_attrs == {"retry_of": 0, "infra_retries": 5, "retry_reason": "infra_error"}
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [(RuntimeError("boom"), False), (ReleaseTimeoutError("GPU memory not released after 5 s"), True)],
+)
+def test_a_launch_that_raises_leaves_its_trial_failed_never_running(
+    tmp_path: Path, error: Exception, retried: bool
+) -> None:
+    space = replace(load_space(ROOT / "search_spaces" / "tiny-fast-sim.yaml"), log_dir=tmp_path / "runs")
+    runner = StudyRunner(space, db_url=f"sqlite:///{tmp_path / 'exp.db'}", n_trials=1)
+
+    def execute(*args: object, **kwargs: object) -> object:
+        raise error
+
+    runner.execute = execute  # type: ignore[assignment]
+    with pytest.raises(type(error)):
+        runner.run()
+    (told,) = runner.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    assert f"not recorded: {type(error).__name__}: {error}" in told.user_attrs["failure_message"]
+    assert not runner.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    waiting = runner.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert bool(waiting) is retried

@@ -49,7 +49,8 @@ async def fetch_model(client: httpx.AsyncClient) -> str:
         resp.raise_for_status()
         return str(resp.json()["data"][0]["id"])
     except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
-        raise BenchmarkError(f"cannot read the model name from {client.base_url}v1/models: {exc}") from exc
+        where = str(client.base_url).rstrip("/")
+        raise BenchmarkError(f"cannot read the model name from {where}/v1/models: {exc}") from exc
 
 
 async def flush_cache(client: httpx.AsyncClient) -> bool:

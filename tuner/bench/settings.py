@@ -14,6 +14,10 @@ from pydantic import Field, ValidationInfo, model_validator
 
 from tuner.settings import Duration, Settings, mistake, non_empty, space_dir
 
+MAX_LEN = 1 << 20  # tokens of one prompt or answer: more than any released context window
+MAX_PROMPTS = 100_000  # requests of one load point
+MAX_POINT_TOKENS = 1 << 26  # prompt tokens one load point builds in memory (about 64 M)
+
 
 class WorkloadKind(str, Enum):
     """Where prompts come from."""
@@ -34,8 +38,8 @@ class Workload(Settings):
     """The requests of one benchmark run."""
 
     kind: WorkloadKind = Field(default=WorkloadKind.RANDOM, strict=False)
-    input_len: int = Field(default=1024, ge=1)
-    output_len: int = Field(default=1024, ge=1)
+    input_len: int = Field(default=1024, ge=1, le=MAX_LEN)
+    output_len: int = Field(default=1024, ge=1, le=MAX_LEN)
     range_ratio: float = Field(default=1.0, gt=0.0, le=1.0)  # lengths uniform on [max(1, L*ratio), L]
     path: Path | None = Field(default=None, strict=False)  # in a space file: relative to the file
     api: Api = Field(default=Api.COMPLETIONS, strict=False)
@@ -58,10 +62,10 @@ class Workload(Settings):
 class LoadPoint(Settings):
     """One load level: a fixed concurrency, or a request rate (Poisson / gamma), or both."""
 
-    concurrency: int | None = Field(default=64, ge=1)
+    concurrency: int | None = Field(default=64, ge=1, le=MAX_PROMPTS)
     request_rate: float | None = Field(default=None, gt=0.0)  # requests/s; None = all at once
     burstiness: float = Field(default=1.0, gt=0.0)  # gamma shape; 1.0 = Poisson
-    num_prompts: int | None = Field(default=None, ge=1)  # None = 5 x concurrency (at least 32)
+    num_prompts: int | None = Field(default=None, ge=1, le=MAX_PROMPTS)  # None = 5 x concurrency (≥ 32)
 
     @property
     def label(self) -> str:
@@ -118,6 +122,20 @@ class BenchSettings(Settings):
     objective_point: int = -1  # which load point's metrics feed the objectives
     # a load point with a larger share of failed requests fails the trial as bench_errors
     max_failed_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _prompts_fit_in_memory(self) -> BenchSettings:
+        if self.workload.kind is not WorkloadKind.RANDOM:
+            return self
+        for point in self.load_points:
+            tokens = point.prompts * self.workload.input_len
+            if tokens > MAX_POINT_TOKENS:
+                raise mistake(
+                    f"load point {point.label}: {point.prompts} prompts of {self.workload.input_len} tokens "
+                    f"is {tokens:,} prompt tokens to build; expected at most {MAX_POINT_TOKENS:,}",
+                    at=("load_points",),
+                )
+        return self
 
     @model_validator(mode="after")
     def _objective_point_exists(self) -> BenchSettings:

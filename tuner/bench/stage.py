@@ -1,7 +1,8 @@
 """The live state of one benchmark run: requests in flight, the watchdog, the abort reason.
 
 The watchdog enforces per-request first-content and idle limits and the stage deadline, ends the
-stage as a hang when requests are open and none progressed for the idle limit (a frozen server), and
+stage as a hang when requests are open and none progressed for twice the per-request limit (idle,
+or first byte before any content flowed: a frozen server), and
 polls `server_died` and `stop` (a stop request) every 20 ms: when one fires, every request still
 queued or in flight is cancelled with a reason, so it is recorded as a failed request of that class.
 """
@@ -48,7 +49,7 @@ class Stage:
         self.reason: ErrorClass | None = None
         self.aborted = asyncio.Event()
         self.flights: dict[asyncio.Task[RequestRecord], Flight] = {}
-        self.progress_at = perf_counter()  # the last request that finished (bytes count via flights)
+        self.progress_at = perf_counter()  # the last request that succeeded (bytes count via flights)
 
     def abort(self, reason: ErrorClass) -> None:
         if self.reason is not None:
@@ -83,7 +84,7 @@ class Stage:
             if tick % TIMEOUT_EVERY_TICKS:
                 continue
             now = perf_counter()
-            if self._stalled(now, idle_s):
+            if self._stalled(now, first_s, idle_s):
                 self.abort(ErrorClass.HANG)
                 continue
             for task, f in list(self.flights.items()):
@@ -96,10 +97,16 @@ class Stage:
                     f.reason = ErrorClass.IDLE_TIMEOUT
                     task.cancel()
 
-    def _stalled(self, now: float, idle_s: float) -> bool:
-        """Requests are open and none made progress (a byte, a finish) for `idle_s`: the server froze."""
-        sent = [max(f.t_sent, f.t_activity) for f in self.flights.values() if f.t_sent is not None]
-        return bool(sent) and now - max(self.progress_at, *sent) > idle_s
+    def _stalled(self, now: float, first_s: float, idle_s: float) -> bool:
+        """Requests are open and none progressed (a byte, a success) for twice the per-request limit
+        (idle once content flowed, first byte before): the server froze. Twice, so that one stalled
+        request is that request's timeout, not the stage's."""
+        open_flights = [f for f in self.flights.values() if f.t_sent is not None]
+        if not open_flights:
+            return False
+        streaming = [f.t_activity for f in open_flights if f.has_content]
+        limit = 2 * (idle_s if streaming else first_s)
+        return now - max([self.progress_at, *streaming]) > limit
 
     async def race(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await coro unless the stage is aborted first (then cancel it and raise Aborted).
@@ -185,7 +192,8 @@ class Stage:
 
     def _forget(self, task: asyncio.Task[RequestRecord]) -> None:
         self.flights.pop(task, None)
-        self.progress_at = perf_counter()
+        if not task.cancelled() and task.exception() is None and task.result().success:
+            self.progress_at = perf_counter()
 
     async def _one(
         self,

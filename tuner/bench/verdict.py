@@ -46,9 +46,9 @@ def failed_line(result: BenchResult) -> str | None:
     return f"FAILED: {failed} of {sent} requests failed ({classes})"
 
 
-def hang_message(idle_s: float) -> str:
+def hang_message(first_s: float, idle_s: float) -> str:
     """The failure message of a stage ended by a frozen server."""
     return (
         f"the server stopped answering during the benchmark: no progress on any open request for "
-        f"{idle_s:g} s (bench.timeouts.idle_read)"
+        f"{2 * idle_s:g} s after tokens flowed or {2 * first_s:g} s before (twice bench.timeouts)"
     )

@@ -58,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.INTERRUPTED
         return int(code or 0)
     except TunerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # one line whatever the cause said (a PostgreSQL error spans several): its lines joined
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        print(f"error: {'; '.join(lines)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

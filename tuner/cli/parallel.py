@@ -17,6 +17,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -56,15 +57,16 @@ def node_gpus(space: SearchSpace, given: tuple[int, ...] | None) -> tuple[int, .
         return space.gpus
     from tuner.engine import engine_for, probe_for
 
-    probe = probe_for(engine_for(space, state_root=Path(space.log_dir)))
-    try:
-        found = tuple(d.index for d in probe.devices())
-    finally:
-        probe.close()
+    with tempfile.TemporaryDirectory(prefix="tuner-gpus-") as scratch:  # nothing under runs/ yet
+        probe = probe_for(engine_for(space, state_root=Path(scratch)))
+        try:
+            found = tuple(d.index for d in probe.devices())
+        finally:
+            probe.close()
     if not found:
         raise ConfigError(
-            "--parallel: the engine's probe sees no GPUs yet (the simulator publishes its GPUs at its "
-            "first launch); name the node's GPUs with --gpus 0,1,... or `gpus:` in the space"
+            "--parallel: the engine's probe sees no GPUs; name the node's GPUs with --gpus 0,1,... "
+            "or `gpus:` in the space"
         )
     return found
 

@@ -11,9 +11,12 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from tuner.bench.serving_json import bench_serving_records
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, Workload, WorkloadKind
 from tuner.bench.types import BenchResult, LoadPointResult
+from tuner.cli.output import database_arg
 from tuner.errors import ConfigError
 from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook, write_reference
@@ -84,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     gate.set_defaults(handler=cmd_gate)
 
     ref = sub.add_parser("reference", help="write a reference file from a recorded trial's greedy outputs")
-    ref.add_argument("--db", default=None)
+    ref.add_argument("--db", type=database_arg, default=None)
     ref.add_argument("--study", default=None)
     ref.add_argument("--trial", type=int, required=True, metavar="N")
     ref.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
@@ -126,6 +129,18 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
         workload["kind"] = (
             WorkloadKind.JSONL if str(args.dataset).endswith(".jsonl") else WorkloadKind.SHAREGPT
         )
+    try:
+        return _built_settings(args, workload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first.get("loc") or ()
+        flag = f"--{str(loc[-1]).replace('_', '-')}: " if loc and loc[-1] != "load_points" else ""
+        given = first.get("input")
+        got = f" (got {given!r})" if given is not None and not isinstance(given, (dict, list, tuple)) else ""
+        raise ConfigError(f"bench: {flag}{first['msg']}{got}") from None
+
+
+def _built_settings(args: argparse.Namespace, workload: dict[str, object]) -> BenchSettings:
     extra = {"request_rate": args.request_rate, "num_prompts": args.num_prompts}
     points = tuple(
         LoadPoint.model_validate({"concurrency": c, **{k: v for k, v in extra.items() if v is not None}})
@@ -139,10 +154,7 @@ def bench_settings(args: argparse.Namespace) -> BenchSettings:
     }
     if args.settle is not None:
         settings["settle_s"] = args.settle
-    try:
-        return BenchSettings.model_validate(settings)
-    except ValueError as exc:
-        raise ConfigError(f"bench: {exc}") from exc
+    return BenchSettings.model_validate(settings)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -165,7 +177,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if failed is not None:
         print(failed, file=sys.stderr)
     if result.hung:
-        print(f"FAILED: {hang_message(settings.timeouts.idle_read_s)}", file=sys.stderr)
+        timeouts = settings.timeouts
+        print(f"FAILED: {hang_message(timeouts.first_byte_s, timeouts.idle_read_s)}", file=sys.stderr)
     ok = metrics is not None and metrics.completed and not result.client_bound and not result.hung
     return 0 if ok and failed is None else 1
 
@@ -235,11 +248,13 @@ def gate_settings(args: argparse.Namespace) -> GateSettings:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from tuner.cli.output import print_json
+    from tuner.cli.output import check_writable, print_json
     from tuner.gate.run import gate
     from tuner.sglang.server import captured_sizes
 
     settings = gate_settings(args)
+    if args.record is not None:  # a path that cannot be written is refused before the gate runs
+        check_writable(args.record, "--record")
     url = args.url.rstrip("/")
     book = ReferenceBook(settings.reference, None) if settings.reference.enabled else None
     auth = auth_for_url(args.api_key)
@@ -247,7 +262,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
         url, settings, captured_bs=captured_sizes(url, auth), model=args.model, reference=book, auth=auth
     )
     if args.record is not None and result.reference is not None:
-        write_reference(args.record, result.reference.outputs, source=f"server {url}", model=result.model)
+        try:
+            write_reference(args.record, result.reference.outputs, source=f"server {url}", model=result.model)
+        except OSError as exc:
+            raise ConfigError(f"--record {args.record}: cannot write: {exc.strerror or exc}") from None
         print(f"wrote {len(result.reference.outputs)} greedy outputs to {args.record}", file=sys.stderr)
     if args.json:
         print_json(result)

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuner.cli.output import positive_int
+from tuner.cli.output import check_writable, database_arg, output_folder, positive_int, write_file, written
 from tuner.errors import ConfigError, ExitCode
 
 
 def _add_choice(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
+    p.add_argument(
+        "--db",
+        type=database_arg,
+        default=None,
+        help="SQLAlchemy URL or SQLite path (default ./experiments.db)",
+    )
     p.add_argument(
         "--study", default=None, help="study name (default: the space's, or the database's only one)"
     )
@@ -75,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     confirm.set_defaults(handler=cmd_confirm)
 
     report = sub.add_parser("report", help="write a study's tables (CSV) and plots (PNG) to a folder")
-    report.add_argument("--db", default=None)
+    report.add_argument("--db", type=database_arg, default=None)
     report.add_argument("--study", default=None)
     report.add_argument("--space", type=Path, default=None, help="take the study name from this space")
     report.add_argument("--out", type=Path, default=None, help="folder for the CSV and PNG files")
@@ -128,6 +133,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.report.profile import render
     from tuner.store.connect import database_url
 
+    if args.output is not None:  # a path that cannot be written is refused before anything is said
+        check_writable(args.output, "-o")
     data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args))
     if args.trial is None and (args.allow_infeasible and not args.best):
         raise ConfigError(
@@ -156,10 +163,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    if args.format == "sh":
-        os.chmod(args.output, 0o755)
+    write_file(args.output, text, "-o", mode=0o755 if args.format == "sh" else None)
     print(
         f"wrote {args.output} (study {profile.study}, trial {profile.trial}, {args.format})", file=sys.stderr
     )
@@ -248,37 +252,45 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.out is None and args.html is None:
         raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")
+    if args.html is not None:
+        check_writable(args.html, "--html")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out}: is a file; expected a folder")
     url = database_url(args.db)
     data = load_study_data(url, args.study, preferred=_preferred(args))
     if args.html is not None:
         from tuner.report.page import study_page
 
-        args.html.parent.mkdir(parents=True, exist_ok=True)
-        args.html.write_text(study_page(data), encoding="utf-8")
+        write_file(args.html, study_page(data), "--html")
         print(f"wrote {args.html}")
         if args.out is None:
             return 0
     front = pareto_front(data)
     frame = trials_frame(data, front)
     context = context_line(data)
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "trials.csv", index=False)
-    front_frame(data, front).to_csv(out / "front.csv", index=False)
-    failures_frame(data.rows).to_csv(out / "failures.csv", index=False)
+    out = output_folder(args.out, "--out")
+
+    def save(name: str, write: Callable[[Path], object]) -> None:
+        with written(out / name, "--out") as tmp:
+            write(tmp)
+
+    save("trials.csv", lambda p: frame.to_csv(p, index=False))
+    save("front.csv", lambda p: front_frame(data, front).to_csv(p, index=False))
+    save("failures.csv", lambda p: failures_frame(data.rows).to_csv(p, index=False))
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
-    importances.table.to_csv(out / "importances.csv")
-    save_png(pareto_plot(frame, title=f"{data.name}: Pareto front", context=context), out / "pareto.png")
-    save_png(history_plot(frame, context=context), out / "history.png")
+    save("importances.csv", importances.table.to_csv)
+    title = f"{data.name}: Pareto front"
+    save("pareto.png", lambda p: save_png(pareto_plot(frame, title=title, context=context), p))
+    save("history.png", lambda p: save_png(history_plot(frame, context=context), p))
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
-        save_png(metric_vs_param_plot(frame, context=context), out / "mem_fraction.png")
+        save("mem_fraction.png", lambda p: save_png(metric_vs_param_plot(frame, context=context), p))
     with SqlStore(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:
-        save_png(latency_plot(requests), out / "latency.png")
+        save("latency.png", lambda p: save_png(latency_plot(requests), p))
     print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
     return 0

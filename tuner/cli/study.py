@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.output import duration, gpu_list, positive_int, seed, study_name
+from tuner.cli.output import database_arg, duration, gpu_list, positive_int, seed, study_name
 from tuner.cli.run_options import RunOptions
 from tuner.config import Phase
 from tuner.errors import ConfigError, ExitCode, FlagError
@@ -29,7 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         help="search space YAML (default: resume the database's one unfinished study from its stored space)",
     )
-    run.add_argument("--db", default=None, help="SQLAlchemy URL or SQLite path (default ./experiments.db)")
+    run.add_argument(
+        "--db",
+        type=database_arg,
+        default=None,
+        help="SQLAlchemy URL or SQLite path (default ./experiments.db)",
+    )
     run.add_argument(
         "--study", type=study_name, default=None, help="study name (default from the space: NAME-vVERSION)"
     )
@@ -56,7 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="begin with an earlier study's feasible configs and rules",
     )
     run.add_argument(
-        "--warm-start-db", default=None, metavar="URL", help="the earlier study's database (default: --db)"
+        "--warm-start-db",
+        type=database_arg,
+        default=None,
+        metavar="URL",
+        help="the earlier study's database (default: --db)",
     )
     run.add_argument(
         "--seed", type=seed, default=None, help="sampler seed (overrides the space's sampler.seed)"
@@ -81,13 +90,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     validate.set_defaults(handler=cmd_validate)
 
     status = sub.add_parser("status", help="trials, failures by class and the Pareto front of a study")
-    status.add_argument("--db", default=None)
+    status.add_argument("--db", type=database_arg, default=None)
     status.add_argument("--study", default=None)
     status.add_argument("--space", type=Path, default=None, help="take the study name from this space")
     status.set_defaults(handler=cmd_status)
 
     studies = sub.add_parser("studies", help="list the studies in a database")
-    studies.add_argument("--db", default=None)
+    studies.add_argument("--db", type=database_arg, default=None)
     studies.add_argument(
         "--show-space", metavar="STUDY", default=None, help="print the space file stored with it"
     )
@@ -96,13 +105,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def cmd_run(args: argparse.Namespace) -> int:
     from tuner.cli.display import RunDisplay
+    from tuner.engine import engine_for
+    from tuner.session import check_gpu_indices
     from tuner.store.connect import database_url
+    from tuner.store.preflight import check_database
     from tuner.study.events import Hooks, TrialEvent
     from tuner.study.runner import StudyRunner
 
     options = RunOptions.from_args(args)
     url = database_url(options.db)
     space, study_name = _space_to_run(options, url)
+    check_database(url, create=True)  # the database first: its mistakes are the likelier ones
+    engine_for(space, state_root=None)  # a missing interpreter is refused before anything is written
+    check_gpu_indices(space)  # so are GPUs the node does not have
     sets = options.parallel if options.parallel is not None else space.budget.parallel
     if sets < 1:
         raise ConfigError(f"--parallel: expected at least 1 (got {sets})")
@@ -117,13 +132,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         from tuner.study.warm import WarmStart
 
         warm = WarmStart(url=database_url(options.warm_start_db or options.db), study=options.warm_start)
-    runner = StudyRunner(
-        space,
-        db_url=url,
-        study_name=study_name,
-        n_trials=options.trials,
-        timeout_s=options.timeout,
-        warm_start=warm,
+        warm.trials()  # an absent study or database is refused before this run writes anything
+    from tuner.interrupts import INTERRUPTS
+
+    # opening may wait up to a minute on a database another process holds locked: a stop ends the wait
+    runner = INTERRUPTS.blocking(
+        lambda: StudyRunner(
+            space,
+            db_url=url,
+            study_name=study_name,
+            n_trials=options.trials,
+            timeout_s=options.timeout,
+            warm_start=warm,
+        )
     )
     metric_names = [o.metric for o in space.objectives]
     if options.worker_events:

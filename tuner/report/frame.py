@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError
 from tuner.metrics import METRICS
+from tuner.secrets import readable_space_text
 from tuner.store.codec import finite
 from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.rows import StoredTrial
@@ -124,7 +125,9 @@ def load_study_data(url: str, study: str | None = None, *, preferred: str | None
         metric_names=names,
         directions=directions,
         best_numbers=best,
-        space_text=space_text if isinstance(space_text := loaded.user_attrs.get("space_text"), str) else None,
+        space_text=readable_space_text(text)
+        if isinstance(text := loaded.user_attrs.get("space_text"), str)
+        else None,
     )
 
 

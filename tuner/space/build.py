@@ -305,6 +305,13 @@ def parse_forbidden(src: Source, nodes: list[Node], params: tuple[Param, ...]) -
         if reason is not None:
             del sec.entries["reason"]
         matches = _conditions(sec, list(params), what="forbidden combination")
+        if _covers_everything(matches, params):
+            raise src.error(
+                node,
+                f"forbidden[{index}]",
+                "forbids every configuration of the space (each listed param with all its choices); "
+                "expected a narrower combination",
+            )
         text = ", ".join(f"{c.param}={'|'.join(show_choice(v) for v in c.values)}" for c in matches)
         out.append(
             Forbidden(
@@ -312,6 +319,18 @@ def parse_forbidden(src: Source, nodes: list[Node], params: tuple[Param, ...]) -
             )
         )
     return tuple(out)
+
+
+def _covers_everything(matches: tuple[Condition, ...], params: tuple[Param, ...]) -> bool:
+    """Every listed param is always active and the rule lists all of its choices."""
+    by_name = {p.name: p for p in params}
+    for cond in matches:
+        param = by_name.get(cond.param)
+        if param is None or param.when or not param.choices:
+            return False
+        if not all(any(same_value(choice, v) for v in cond.values) for choice in param.choices):
+            return False
+    return bool(matches)
 
 
 def forbidden_match(forbidden: tuple[Forbidden, ...], params: Mapping[str, Any]) -> Forbidden | None:

@@ -149,6 +149,8 @@ def load_space(path: str | Path, *, environ: Mapping[str, str] | None = None) ->
     except ConfigError as exc:
         raise top.error("sglang_version", str(exc)) from None
 
+    if "params" in top and not top.seq("params"):
+        raise top.error("params", "expected at least one param to search (got an empty list)")
     params = parse_params(src, top.seq("params"), ctx)
     forbidden = parse_forbidden(src, top.seq("forbidden"), params)
     baselines = parse_baselines(src, top.seq("baselines"), params, forbidden)

@@ -15,8 +15,8 @@ from enum import Enum
 from typing import Any
 
 from tuner.config import CudaGraph
-from tuner.sglang.structured import CUDA_GRAPH
 from tuner.names import control_problem
+from tuner.sglang.structured import CUDA_GRAPH
 
 PARAM_NAME = r"[A-Za-z][A-Za-z0-9_.-]*"
 RESERVED_NAMES = frozenset({"reason"})
@@ -130,6 +130,9 @@ def show_choice(value: Any) -> str:
 # --- CUDA graph encoding -------------------------------------------------------------------------
 
 
+MAX_BATCH_SIZE = 1 << 20  # far above any CUDA-graph batch size; a larger one cannot be stored or run
+
+
 def encode_cuda_graph(raw: Any) -> str:
     """ "off" | "on" | "max:N" | "bs:1,2,4" from YAML/CLI forms; ValueError otherwise.
 
@@ -141,8 +144,8 @@ def encode_cuda_graph(raw: Any) -> str:
     if raw is True or (isinstance(raw, str) and raw.strip().lower() in ("on", "true", "default")):
         return "on"
     if isinstance(raw, int):
-        if raw < 1:
-            raise ValueError("a max batch size ≥ 1")
+        if not 1 <= raw <= MAX_BATCH_SIZE:
+            raise ValueError(f"a max batch size from 1 to {MAX_BATCH_SIZE:,}")
         return f"max:{raw}"
     if isinstance(raw, (list, tuple)):
         return "bs:" + ",".join(str(b) for b in _batch_list(list(raw)))
@@ -200,8 +203,8 @@ def _batch_list(items: list[Any]) -> list[int]:
     if not items:
         raise ValueError("a non-empty list of batch sizes")
     for b in items:
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError("batch sizes that are integers ≥ 1")
+        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch sizes that are integers from 1 to {MAX_BATCH_SIZE:,}")
     if any(b >= c for b, c in zip(items, items[1:], strict=False)):
         raise ValueError("strictly ascending batch sizes")
     return items
@@ -278,14 +281,20 @@ def parse_text(param: Param, text: str) -> Any:
         return _parse_bool(stripped)
     if param.kind is ParamKind.FLOAT:
         try:
-            return float(stripped)
+            number = float(stripped)
         except ValueError:
             raise ValueError("a number") from None
+        if not math.isfinite(number):
+            raise ValueError("a finite number")
+        return number
     if param.kind is ParamKind.INT:
         try:
-            return int(stripped)
+            whole = int(stripped)
         except ValueError:
             raise ValueError("an integer") from None
+        if not -(2**63) < whole < 2**63:
+            raise ValueError("an integer with |n| < 2**63")
+        return whole
     for choice in param.choices:  # categorical: match the text form of a choice
         if show_choice(choice) == stripped or (choice is None and stripped.lower() in ("none", "null", "~")):
             return choice

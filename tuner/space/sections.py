@@ -189,7 +189,7 @@ class Budget(Settings):
     """
 
     n_trials: int | None = Field(default=None, ge=1)
-    timeout_s: Duration | None = Field(default=None, validation_alias="timeout")
+    timeout_s: Duration | None = Field(default=None, gt=0, validation_alias="timeout")
     parallel: int = Field(default=1, ge=1)  # trials at once on one node, on disjoint GPU sets
     max_infra_failures: int = Field(default=3, ge=1)
     infra_backoff_s: Duration = Field(default=2.0, validation_alias="infra_backoff")
@@ -264,6 +264,8 @@ def _space_name(value: object) -> object:
 def _gpus(value: object) -> object:
     if value in ("all", None):
         return ()
+    if value == []:
+        raise mistake("an empty list names no GPU; expected all or a list of GPU indices such as [0, 1]")
     if not isinstance(value, list) or any(
         isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= MAX_GPU_INDEX for g in value
     ):

@@ -111,10 +111,10 @@ def read_source(path: str | Path) -> Source:
 
 def _check_nodes(root: Node, display: str) -> None:
     """Refuse tags other than YAML's plain types and nesting deeper than MAX_DEPTH (no recursion)."""
-    stack: list[tuple[Node, int]] = [(root, 1)]
+    stack: list[tuple[Node, int, str]] = [(root, 1, "")]
     seen: set[int] = set()
     while stack:
-        node, depth = stack.pop()
+        node, depth, key = stack.pop()
         where = f"{display}:{node.start_mark.line + 1}"
         if depth > MAX_DEPTH:
             raise ConfigError(f"space file is nested too deeply (more than {MAX_DEPTH} levels) in {where}")
@@ -127,20 +127,25 @@ def _check_nodes(root: Node, display: str) -> None:
             continue
         seen.add(id(node))
         if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:int":
-            _check_int(node, where)
+            _check_int(node, key, where)
         if isinstance(node, MappingNode):
-            stack.extend((part, depth + 1) for pair in node.value for part in pair)
+            for k, v in node.value:
+                name = _join(key, str(k.value)) if isinstance(k, ScalarNode) else key
+                stack.extend(((k, depth + 1, key), (v, depth + 1, name)))
         elif isinstance(node, SequenceNode):
-            stack.extend((item, depth + 1) for item in node.value)
+            stack.extend((item, depth + 1, key) for item in node.value)
 
 
-def _check_int(node: ScalarNode, where: str) -> None:
+def _check_int(node: ScalarNode, key: str, where: str) -> None:
     try:
         value = yaml.constructor.SafeConstructor().construct_yaml_int(node)
     except (ValueError, yaml.YAMLError):
         return  # not a number after all: the reader of that key says what it expected
     if not -INT_LIMIT < value < INT_LIMIT:
-        raise ConfigError(f"integer {node.value[:40]} is out of range: expected |n| < 2**63 in {where}")
+        prefix = f"{key}: " if key else ""
+        raise ConfigError(
+            f"{prefix}integer {node.value[:40]} is out of range: expected |n| < 2**63 in {where}"
+        )
 
 
 def _check_expanded_size(root: Node, display: str) -> None:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from tuner.errors import StoreError
+from tuner.secrets import redact_url
 
 BUSY_TIMEOUT_S = 60.0
 IDLE_CHECK_S = 30.0  # a pooled server connection idle longer than this is checked before use
@@ -50,7 +51,7 @@ def mask_url(url: str) -> str:
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # an unparsable URL may still hold user:password@
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        return redact_url(url)
 
 
 def _sqlite_file(url: sa.URL) -> str | None:

@@ -17,7 +17,11 @@ import tempfile
 from collections.abc import Mapping, Set
 from pathlib import Path
 
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
 from tuner.errors import ConfigError
+from tuner.store.connect import mask_url
 from tuner.store.health import sqlite_path
 
 # Key columns of every table Optuna 5 (RDBStorage) and the tuner create; a table of that name
@@ -59,9 +63,10 @@ def foreign_tables(tables: Mapping[str, Set[str]], *, strict: bool) -> list[str]
 
 def check_database(url: str, *, create: bool) -> None:
     """ConfigError (one line) unless `url` is a database this command may use; writes nothing."""
+    _check_kind(url, create=create)
     path = sqlite_path(url)
     if path is None:
-        return  # a server (checked when opened) or in-memory
+        return  # a server (checked when opened)
     try:
         info = path.stat()
     except (FileNotFoundError, NotADirectoryError):
@@ -87,6 +92,35 @@ def check_database(url: str, *, create: bool) -> None:
         raise ConfigError(
             f"--db {path}: holds tables of another program ({', '.join(found[:6])}); "
             "use another file for the experiments database"
+        )
+
+
+def _check_kind(url: str, *, create: bool) -> None:
+    """Refuse what cannot keep results: an unknown scheme, a driver that is not installed, a read-only
+    SQLite database for a command that writes (in-memory ones are refused at the command line)."""
+    shown = mask_url(url)
+    try:
+        parsed = make_url(url)
+        dialect = parsed.get_dialect()
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError):
+        raise ConfigError(
+            f"--db {shown}: not a database URL this tuner knows (expected a SQLite file path, "
+            "sqlite:///FILE or postgresql://USER@HOST/DB)"
+        ) from None
+    if parsed.get_backend_name() != "sqlite":
+        try:
+            dialect.import_dbapi()
+        except ImportError as exc:
+            raise ConfigError(
+                f"--db {shown}: the {parsed.drivername} driver is not installed ({exc.name or exc}); "
+                "expected a SQLite file or postgresql:// (pip install 'sglang-tuner[postgres]')"
+            ) from None
+        return
+    database = parsed.database or ""
+    if create and (parsed.query.get("mode") == "ro" or "mode=ro" in database):
+        raise ConfigError(
+            f"--db {shown}: opened read-only (mode=ro), but this command records results; "
+            "expected a writable database"
         )
 
 

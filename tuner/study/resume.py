@@ -22,7 +22,7 @@ import yaml
 from optuna.trial import TrialState
 
 from tuner.errors import ConfigError
-from tuner.secrets import redact_space_text, secret_values
+from tuner.secrets import readable_space_text, redact_space_text, secret_values
 from tuner.space.loader import SearchSpace
 
 SPACE_TEXT = "space_text"
@@ -79,13 +79,38 @@ def _diff(old: Any, new: Any, where: str) -> list[str]:
             else:
                 out.extend(_diff(old[key], new[key], path))
         return out
-    return [] if old == new else [f"{where}: {_show(old)} -> {_show(new)}"]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [
+            line
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            for line in _diff(a, b, f"{where}[{i}]")
+        ]
+    return [] if old == new else [f"{where}: {_show_change(old, new)}"]
+
+
+def _dumped(value: Any) -> str:
+    dumped = str(yaml.safe_dump(value, default_flow_style=True, width=10_000))
+    return dumped.strip().removesuffix("...").strip()
 
 
 def _show(value: Any) -> str:
-    dumped = str(yaml.safe_dump(value, default_flow_style=True, width=10_000))
-    text = dumped.strip().removesuffix("...").strip()
+    text = _dumped(value)
     return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _show_change(old: Any, new: Any) -> str:
+    """`old -> new`; long values are cut around where they first differ, so the change stays visible."""
+    a, b = _dumped(old), _dumped(new)
+    if len(a) <= 80 and len(b) <= 80:
+        return f"{a} -> {b}"
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, first - 20)
+
+    def window(text: str) -> str:
+        cut = text[start : start + 60]
+        return ("…" if start else "") + cut + ("…" if start + 60 < len(text) else "")
+
+    return f"{window(a)} -> {window(b)}"
 
 
 def remember_space(study: optuna.Study, space: SearchSpace) -> None:
@@ -99,7 +124,8 @@ def remember_space(study: optuna.Study, space: SearchSpace) -> None:
         study.set_user_attr(SPACE_TEXT, text)
         study.set_user_attr(SPACE_PATH, str(path.resolve()))
         return
-    changes = space_changes(stored, text)
+    # a study stored by an older version: its placeholders made readable and today's rule applied
+    changes = space_changes(redact_space_text(readable_space_text(stored)), text)
     if changes:
         shown = "; ".join(changes[:MAX_SHOWN]) + (
             f"; +{len(changes) - MAX_SHOWN} more" if len(changes) > MAX_SHOWN else ""
@@ -132,7 +158,7 @@ def stored_studies(storage: optuna.storages.BaseStorage) -> list[StoredStudy]:
             StoredStudy(
                 name=summary.study_name,
                 space_path=path if isinstance(path, str) else None,
-                space_text=text if isinstance(text, str) else None,
+                space_text=readable_space_text(text) if isinstance(text, str) else None,
                 finished=finished,
                 budget=_budget(text) if isinstance(text, str) else None,
             )

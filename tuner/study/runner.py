@@ -27,7 +27,7 @@ from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
 from tuner.config import Outcome
-from tuner.errors import StoreLostError
+from tuner.errors import StoreLostError, TunerError
 from tuner.host import host_name, pid_alive
 from tuner.interrupts import INTERRUPTS
 from tuner.objectives import is_feasible
@@ -334,8 +334,9 @@ class StudyRunner:
             phase_ctx = with_phase_hook(ctx, trial.number, self.hooks)
             try:
                 result = self.execute(config, phase_ctx, label=label, prepared=prepared)
-            except Exception as exc:  # a bug: the trial is failed with the reason, never left RUNNING
-                fail_unrecorded(self.study, trial, f"{type(exc).__name__}: {exc}", again=False)
+            except Exception as exc:  # never left RUNNING: failed with the reason (machine faults retried)
+                machine = isinstance(exc, TunerError)  # GPU memory not released, ...; else a bug
+                fail_unrecorded(self.study, trial, f"{type(exc).__name__}: {exc}", again=machine)
                 raise
         with INTERRUPTS.deferred():
             try:

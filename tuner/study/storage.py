@@ -19,10 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
+import sqlalchemy as sa
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from sqlalchemy.engine import make_url
 
 from tuner.errors import ConfigError, StoreError
+from tuner.names import one_line
 from tuner.search.sampler import StructuredSampler
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective, WorkerSettings
@@ -89,13 +91,20 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
     name = study_name or space.study_name
     objectives = objectives_of(space)
     storage = make_storage(url, space.workers)
-    study = optuna.create_study(
-        study_name=name,
-        storage=storage,
-        directions=[optuna.study.StudyDirection[o.direction.upper()] for o in objectives],
-        sampler=make_sampler(space),
-        load_if_exists=True,
-    )
+    try:
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            directions=[optuna.study.StudyDirection[o.direction.upper()] for o in objectives],
+            sampler=make_sampler(space),
+            load_if_exists=True,
+        )
+    except (optuna.exceptions.StorageInternalError, sa.exc.SQLAlchemyError) as exc:
+        cause = exc.__cause__ or exc
+        text = one_line(str(getattr(cause, "orig", None) or cause).strip().split("\n")[0])
+        if "locked" in text:
+            text += " (another process held the write lock for more than 60 s)"
+        raise StoreError(f"experiments database {mask_url(url)}: cannot open study {name!r}: {text}") from exc
     stored = [d.name.lower() for d in study.directions]
     wanted = [o.direction for o in objectives]
     if stored != wanted:

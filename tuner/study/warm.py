@@ -23,6 +23,7 @@ from tuner.session import render_launch
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.space.sampling import joined_params
 from tuner.store.connect import mask_url, optuna_storage_kwargs
+from tuner.store.preflight import check_database
 from tuner.study.learn import launched, study_evidence
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class WarmStart:
     def trials(self) -> list[FrozenTrial]:
         """The earlier study's trials (read once)."""
         if self._trials is None:
+            check_database(self.url, create=False)  # an absent file is refused, never created
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
