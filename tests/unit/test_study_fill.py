@@ -109,7 +109,8 @@ def test_a_study_that_asked_for_every_configuration_stops_saying_what_is_left(
     w = world("tiny-fast")
     small = {"mem-fraction-static": {"low": 0.85, "high": 0.9}, "cuda_graph": {"choices": ("off", "max:8")},
              "chunked-prefill-size": {"choices": (None,)}}  # fmt: skip
-    w.space = replace(w.space, params=tuple(replace(p, **small[p.name]) for p in w.space.params), baselines=())
+    params = tuple(replace(p, **small[p.name]) for p in w.space.params)
+    w.space = replace(w.space, params=params, baselines=())
     run = run_tuner(w, 1, 10, finalists=False)
     assert len(run.steps) == 4  # the whole space, once each
     assert "of the space's 4 configurations, 4 were asked before" in run.note and "0 are left" in run.note
