@@ -1,5 +1,6 @@
-"""Backend pairs: every pair the sampler asks for is one the space allows; studies whose pairs were
-sampled per role (`name.prefill`, `name.decode`) still resume and warm-start."""
+"""Backend pairs: every pair the sampler asks for is one the space allows (the prefill backend, then a
+decode backend the space pairs with it); studies whose decode backend was sampled over all of them
+(`name.decode`) still resume and warm-start."""
 
 from __future__ import annotations
 
@@ -49,7 +50,10 @@ def test_every_pair_asked_is_one_the_space_allows(kind: str) -> None:
         _, params = suggest(space, trial)
         assert forbidden_reason(space, params) is None
         assert params["sparse_backends"] in PAIRS
-        assert trial.params["sparse_backends"] == params["sparse_backends"]
+        prefill, decode = params["sparse_backends"].split("/")
+        assert trial.params == {**trial.params, "sparse_backends.prefill": prefill,
+                                f"sparse_backends.decode.{prefill}": decode}  # fmt: skip
+        assert joined_params(space, trial.params) == params
         seen.add(params["sparse_backends"])
         study.tell(trial, [float(i % 7), 1.0])
     assert len(seen) == len(PAIRS)  # every pair reachable, including those a per-role ask rarely drew
@@ -78,7 +82,13 @@ def test_a_trial_enqueued_per_role_is_asked_per_role() -> None:
     config, params = suggest(SPACE, trial, fixed=fixed)
     assert params["sparse_backends"] == "fa3/trtllm" and config.sparse_prefill_backend == "fa3"
     assert sampler_params(SPACE, enqueued) == {"mem-fraction-static": 0.7, "cuda_graph": "max:8",
-                                               "sparse_backends": "fa3/trtllm"}  # fmt: skip
+                                               "sparse_backends.prefill": "fa3",
+                                               "sparse_backends.decode.fa3": "trtllm"}  # fmt: skip
+    study.enqueue_trial(sampler_params(SPACE, enqueued))  # enqueued now: asked the way it is sampled now
+    trial = study.ask()
+    fixed = study.trials[trial.number].system_attrs.get("fixed_params")
+    _, params = suggest(SPACE, trial, fixed=fixed)
+    assert params["sparse_backends"] == "fa3/trtllm" and "sparse_backends.decode" not in trial.params
 
 
 def test_warm_start_from_a_study_sampled_per_role(tmp_path: Path) -> None:

@@ -94,3 +94,23 @@ def test_a_study_whose_sampler_repeats_itself_spends_its_budget(monkeypatch: pyt
     assert len(run.steps) == 4 and run.note == ""  # the budget, though the sampler repeats itself
     assert run.extra["reused"] >= fill.FILL_IN_AFTER  # the repeats were reused, not launched
     assert len({s.shot.key for s in run.steps}) == 4  # no launch twice
+
+
+def test_a_study_that_asked_for_every_configuration_stops_saying_what_is_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from search_strategies import run_tuner
+    from search_world import world
+
+    import tuner.study.runner as runner
+
+    monkeypatch.setattr(runner, "make_sampler", lambda space, seed=None: Stuck())
+    w = world("tiny-fast")
+    small = {"mem-fraction-static": {"low": 0.85, "high": 0.9}, "cuda_graph": {"choices": ("off", "max:8")},
+             "chunked-prefill-size": {"choices": (None,)}}  # fmt: skip
+    params = tuple(replace(p, **small[p.name]) for p in w.space.params)
+    w.space = replace(w.space, params=params, baselines=())
+    run = run_tuner(w, 1, 10, finalists=False)
+    assert len(run.steps) == 4  # the whole space, once each
+    assert "of the space's 4 configurations, 4 were asked before" in run.note and "0 are left" in run.note

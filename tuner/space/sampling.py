@@ -67,27 +67,39 @@ def suggest(
             else:
                 step = int(p.step or 1)
                 values[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), step=step, log=p.log)
-        elif p.kind is ParamKind.BACKEND_PAIR and _per_role(p.name, fixed or {}):
+        elif p.kind is ParamKind.BACKEND_PAIR:
             prefills, decodes = role_choices(p.choices)
             prefill = trial.suggest_categorical(p.name + PREFILL_KEY, prefills)
-            decode = trial.suggest_categorical(p.name + DECODE_KEY, decodes)
+            if p.name + DECODE_KEY in (fixed or {}):  # enqueued per role by an earlier release
+                decode = trial.suggest_categorical(p.name + DECODE_KEY, decodes)
+            else:
+                paired = decodes_of(p.choices, prefill)
+                decode = trial.suggest_categorical(decode_key(p.name, prefill), paired)
             values[p.name] = f"{prefill}/{decode}"
         else:
             values[p.name] = trial.suggest_categorical(p.name, p.choices)
     return _build(space, values), values
 
 
-# A backend pair is sampled as one categorical over the space's pairs, so every pair asked is one the
-# space allows (what a failure teaches about one backend reaches every pair using it through the
-# failure rules). Earlier releases sampled a pair as two categoricals, one per role (`name.prefill`,
-# `name.decode`), so that some asks were pairs outside the choices; studies they made still resume and
-# warm-start: their params are joined back (`joined_params`), and a trial they enqueued per role is
-# asked per role.
+# A backend pair is sampled as the prefill backend (one categorical over the space's prefill backends,
+# shared by every pair, so what the sampler learns of a prefill backend carries over), then the decode
+# backend among those the space pairs with that prefill backend (one categorical per prefill backend,
+# `name.decode.<prefill>`): every pair asked is one the space allows. What a failure teaches about a
+# backend reaches every pair using it through the failure rules. The previous release sampled the
+# decode backend as one categorical over all of them (`name.decode`), so that some asks were pairs
+# outside the choices; its studies still resume and warm-start: their params are joined back
+# (`joined_params`), and a trial it enqueued per role is asked per role.
 PREFILL_KEY, DECODE_KEY = ".prefill", ".decode"
 
 
-def _per_role(name: str, fixed: Mapping[str, object]) -> bool:
-    return name + PREFILL_KEY in fixed and name + DECODE_KEY in fixed
+def decode_key(name: str, prefill: str) -> str:
+    """The param of the decode backend paired with this prefill backend."""
+    return f"{name}{DECODE_KEY}.{prefill}"
+
+
+def decodes_of(pairs: Iterable[Any], prefill: str) -> list[str]:
+    """The decode backends the pair param's choices pair with `prefill`, in order."""
+    return [d for p, d in (split_backend_pair(str(code)) for code in pairs) if p == prefill]
 
 
 def role_choices(pairs: Iterable[Any]) -> tuple[list[str], list[str]]:
@@ -111,15 +123,24 @@ def joined_params(space: SearchSpace, params: Mapping[str, object]) -> dict[str,
         if p.kind is not ParamKind.BACKEND_PAIR:
             continue
         prefill, decode = out.pop(p.name + PREFILL_KEY, None), out.pop(p.name + DECODE_KEY, None)
+        for key in [k for k in out if k.startswith(p.name + DECODE_KEY + ".")]:
+            value = out.pop(key)
+            if key == decode_key(p.name, str(prefill)):
+                decode = value
         if p.name not in out and prefill is not None and decode is not None:
             out[p.name] = f"{prefill}/{decode}"
     return out
 
 
 def sampler_params(space: SearchSpace, params: Mapping[str, object]) -> dict[str, object]:
-    """Params as the sampler names them (for enqueueing): a pair sampled per role by an earlier release
-    joined into the one pair param the sampler asks for now."""
-    return joined_params(space, params)
+    """Params as the sampler names them (for enqueueing): each backend pair as its prefill backend and
+    the decode backend of that prefill backend."""
+    out = joined_params(space, params)
+    for p in space.params:
+        if p.kind is ParamKind.BACKEND_PAIR and isinstance(out.get(p.name), str):
+            prefill, decode = split_backend_pair(str(out.pop(p.name)))
+            out[p.name + PREFILL_KEY], out[decode_key(p.name, prefill)] = prefill, decode
+    return out
 
 
 def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> TrialConfig:
