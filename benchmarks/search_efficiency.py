@@ -38,10 +38,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first  # noqa: E402
+from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first, run_tuner  # noqa: E402
 from search_world import World, hypervolume, world  # noqa: E402
 
 from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS  # noqa: E402
+from tuner.study.events import Hooks, TrialEvent  # noqa: E402
 
 from tuner.search.evidence import Evidence, knobs_of  # noqa: E402
 from tuner.search.rules import Rule, contradicts, covering, rules_from  # noqa: E402
@@ -244,6 +245,20 @@ def summary(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> 
     return out
 
 
+def ask_times(name: str, kind: str, trials: int = 200) -> str:
+    """The tuner's own time per launched trial (ask, screen, tell, store) near trial 50 and trial 200."""
+    own: list[float] = []
+
+    def on_trial(event: TrialEvent) -> None:
+        if event.launched and event.overhead_s is not None:
+            own.append(event.overhead_s)
+
+    run_tuner(_world(name), 1, trials, kind=kind, label=kind, finalists=False, hooks=Hooks(on_trial=on_trial))
+    near = {n: own[max(0, n - 10) : n] for n in (50, trials)}
+    shown = ", ".join(f"at {n}: {statistics.median(v):.3f} s" for n, v in near.items() if v)
+    return f"  {name:<22} {kind:<11} own time per launched trial (median of 10) {shown} ({len(own)} launches)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -264,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gen-count", type=int, default=None, help="only the first N generated seeds")
     parser.add_argument("--quick", action="store_true", help="3 seeds, 5 generated landscapes")
     parser.add_argument(
+        "--ask-time", action="store_true",
+        help="instead: the time per ask of a 200-launch study of each --scenario, structured and tpe",
+    )
+    parser.add_argument(
         "--strategy",
         action="append",
         choices=[*STRATEGIES, *DIAGNOSTICS],
@@ -273,6 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.seeds, args.gen_count = min(args.seeds, 3), args.gen_count or 5
     scenarios = args.scenario or [*SCENARIOS, *(["tiny-fast"] if args.tiny else [])]
+    if args.ask_time:
+        for name in scenarios:
+            for kind in ("structured", "tpe"):
+                print(ask_times(name, kind), flush=True)
+        return 0
     if args.generated != "none":
         split = TRAIN_SEEDS if args.generated == "train" else TEST_SEEDS
         scenarios += [f"gen-{n}" for n in split[: args.gen_count]]

@@ -33,6 +33,7 @@ from tuner.config import Failure, LaunchSpec, TrialConfig, TrialResult
 from tuner.session import TrialContext, prepare_launch
 from tuner.space.loader import ParamKind
 from tuner.space.params import condition_holds
+from tuner.study.events import Hooks
 from tuner.study.runner import StudyRunner
 from tuner.study.storage import make_sampler
 from tuner.study.tell import not_launched
@@ -91,6 +92,7 @@ def run_tuner(
     kind: str = "structured",
     label: str = "tuner",
     prune: bool = True,
+    hooks: Hooks | None = None,
 ) -> Run:
     """The real StudyRunner on a temporary SQLite file; every launch answered by the oracle.
 
@@ -129,7 +131,9 @@ def run_tuner(
             search = world.space.search
             off = search.finalists.model_copy(update={"count": 0 if not finalists else search.finalists.count})
             space = replace(space, search=search.model_copy(update={"finalists": off, "prune": prune}))
-        runner = StudyRunner(space, db_url=f"sqlite:///{tmp}/study.db", n_trials=budget, execute=execute)
+        runner = StudyRunner(
+            space, db_url=f"sqlite:///{tmp}/study.db", n_trials=budget, execute=execute, hooks=hooks
+        )
         summary = runner.run()
         trials = runner.study.get_trials(deepcopy=False)
         why = [str(t.user_attrs.get("rule")) for t in trials if t.user_attrs.get("pruned")]
