@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -108,6 +109,8 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         second = None
         if self._policy_of is not None:
             policy = self._policy_of(trials)
+            explained = {r.evidence for r in policy.rules} if policy.prune else set()
+            seen = [replace(s, explained=True) if not s.feasible and s.trial in explained else s for s in seen]
             kv: list[float] = []
             for i, config in enumerate(found.configs):
                 if not allowed[i]:
@@ -140,4 +143,6 @@ def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> S
     second = None
     if log_first is not None and len(values) > 1 and directions[1] is StudyDirection.MAXIMIZE:
         second = float(values[1])
-    return Seen(index=index, log_first=log_first, second=second, feasible=bool(attrs.get("feasible")))
+    return Seen(
+        index=index, log_first=log_first, second=second, feasible=bool(attrs.get("feasible")), trial=t.number
+    )
