@@ -18,7 +18,11 @@ from tuner.space.loader import load_space
 ROOT = Path(__file__).resolve().parents[2]
 
 # a toy space of three knobs: 4 x 3 x 5 levels, log throughput additive plus one interaction
-BLOCKS = (Block(name="a", cat=(0,), num=()), Block(name="b", cat=(1,), num=()), Block(name="f", cat=(), num=(0,)))
+BLOCKS = (
+    Block(name="a", cat=(0,), num=()),
+    Block(name="b", cat=(1,), num=()),
+    Block(name="f", cat=(), num=(0,)),
+)
 GRID = [(a, b, f) for a in range(4) for b in range(3) for f in range(5)]
 FEATURES = Features(
     cat=np.asarray([(a, b) for a, b, _ in GRID], dtype=np.int64),
@@ -27,7 +31,12 @@ FEATURES = Features(
 
 
 def truth(a: int, b: int, f: int) -> float:
-    return [0.0, 0.3, -0.2, 0.1][a] + [0.0, 0.2, -0.1][b] - 0.5 * (f / 4 - 0.6) ** 2 + (0.15 if (a, b) == (1, 1) else 0)
+    return (
+        [0.0, 0.3, -0.2, 0.1][a]
+        + [0.0, 0.2, -0.1][b]
+        - 0.5 * (f / 4 - 0.6) ** 2
+        + (0.15 if (a, b) == (1, 1) else 0)
+    )
 
 
 def test_every_knob_kernel_is_one_on_the_diagonal_and_the_full_kernel_has_unit_prior_variance() -> None:
@@ -81,7 +90,9 @@ def test_scores_prefer_likely_feasible_improvements() -> None:
     sd = np.full(3, 0.05)
     got = scores(mu, sd, np.asarray([0.9, 0.1, 0.9]), best=100.0, second=None, front=[])
     assert got[0] > got[1] and got[0] > got[2]
-    cold = scores(mu, np.asarray([0.1, 0.5, 0.2]), np.asarray([1.0, 0.5, 1.0]), best=None, second=None, front=[])
+    cold = scores(
+        mu, np.asarray([0.1, 0.5, 0.2]), np.asarray([1.0, 0.5, 1.0]), best=None, second=None, front=[]
+    )
     assert list(np.argsort(cold)) == [0, 2, 1]  # nothing measured: most uncertain x likely feasible
 
 
@@ -100,7 +111,9 @@ def test_choose_never_picks_a_disallowed_candidate_and_is_deterministic_per_seed
 
 def test_choose_steers_away_from_the_neighbours_of_unexplained_failures() -> None:
     # every launch with a == 2 failed: the feasibility surrogate makes a == 2 unlikely
-    seen = [Seen(index=i, log_first=None, second=None, feasible=False) for i, g in enumerate(GRID) if g[0] == 2][:4]
+    seen = [
+        Seen(index=i, log_first=None, second=None, feasible=False) for i, g in enumerate(GRID) if g[0] == 2
+    ][:4]
     seen += [Seen(index=i, log_first=truth(*GRID[i]), second=None, feasible=True) for i in (0, 20, 50)]
     allowed = [i not in {s.index for s in seen} for i in range(len(GRID))]
     picks = [choose(FEATURES, BLOCKS, seen, allowed, second=None, seed=s) for s in range(10)]

@@ -63,7 +63,9 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self._plans: dict[int, dict[str, object]] = {}
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
 
-    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
         return {}
 
     def sample_relative(
@@ -110,7 +112,9 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         if self._policy_of is not None:
             policy = self._policy_of(trials)
             explained = {r.evidence for r in policy.rules} if policy.prune else set()
-            seen = [replace(s, explained=True) if not s.feasible and s.trial in explained else s for s in seen]
+            seen = [
+                replace(s, explained=True) if not s.feasible and s.trial in explained else s for s in seen
+            ]
             kv: list[float] = []
             for i, config in enumerate(found.configs):
                 if not allowed[i]:

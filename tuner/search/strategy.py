@@ -30,7 +30,9 @@ from tuner.search.surrogate import Array, Features, fit_predict
 EXPLORE = 0.0  # share of picks that go to the most uncertain likely-feasible candidate (0: EI alone explores)
 FEASIBLE_PRIOR = 0.3  # the feasibility surrogate's prior mean (labels +1 / -1): untried leans feasible
 HV_WEIGHT = 0.1  # EHVI relative to EI: KV is predicted, throughput is what a launch must find
-MIN_SPREAD = 0.15  # log-throughput spread assumed before the launches show one (configurations differ by ~15%)
+MIN_SPREAD = (
+    0.15  # log-throughput spread assumed before the launches show one (configurations differ by ~15%)
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,7 +63,7 @@ def choose(
     rng = random.Random(seed)
     jitter = np.asarray([rng.random() for _ in range(len(mask))]) * 1e-12
     open_rows = np.flatnonzero(mask)
-    test = features.take(open_rows)
+    test = features.take([int(i) for i in open_rows])
     p_feasible = _feasibility(features, blocks, seen, test)
     measured = [s for s in seen if s.log_first is not None]
     if len(measured) == 0:

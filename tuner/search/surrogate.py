@@ -65,13 +65,15 @@ def knob_kernels(a: Features, b: Features, blocks: Sequence[Block]) -> list[Arra
 def combine(kernels: Sequence[Array], share: float) -> Array:
     """The full kernel from the knobs' kernels: constant + main effects + pairwise products."""
     j = len(kernels)
-    total = np.sum(kernels, axis=0)
-    main = (1.0 - CONSTANT - share) * total / max(1, j)
+    total: Array = np.sum(kernels, axis=0)
     if j < 2:
-        return CONSTANT + (1.0 - CONSTANT) * total / max(1, j)
-    squares = np.sum([k * k for k in kernels], axis=0)
+        out: Array = CONSTANT + (1.0 - CONSTANT) * total / max(1, j)
+        return out
+    main = (1.0 - CONSTANT - share) * total / j
+    squares: Array = np.sum([k * k for k in kernels], axis=0)
     pairs = (total * total - squares) / 2.0
-    return CONSTANT + main + share * pairs / (j * (j - 1) / 2)
+    full: Array = CONSTANT + main + share * pairs / (j * (j - 1) / 2)
+    return full
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
