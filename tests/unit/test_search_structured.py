@@ -7,13 +7,16 @@ import random
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pytest
 
 from tuner.search.acquire import ehvi, expected_excess, hypervolume, norm_cdf, scores
 from tuner.search.candidates import Block, candidates, params_key
+from tuner.search.sampler import StructuredSampler
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features, combine, fit_predict, knob_kernels
-from tuner.space.loader import load_space
+from tuner.space.loader import SearchSpace, load_space, suggest
+from tuner.space.sampling import joined_params, sampler_params
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,3 +132,45 @@ def test_the_candidates_of_a_shipped_space_are_its_points_with_pairs_only_from_i
     assert len(set(found.keys)) == len(found.keys)
     assert params_key(found.params[0]) == found.keys[0]
     assert len(found.cat[0]) == 5 and len(found.num[0]) == 2  # pair: 3 columns, graphs: 2 + batch size
+
+
+def _ask(study: optuna.Study, space: SearchSpace) -> dict[str, object]:
+    trial = study.ask()
+    _, params = suggest(space, trial)
+    return joined_params(space, params)
+
+
+def test_the_sampler_answers_whole_allowed_configurations_and_never_one_already_running() -> None:
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    choices = set(next(p for p in space.params if p.name == "sparse_backends").choices)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    picks = []
+    for _ in range(2):
+        study = optuna.create_study(directions=["maximize", "maximize"])
+        study.sampler = StructuredSampler(space, seed=3)
+        first, second = _ask(study, space), _ask(study, space)  # both still running: two workers at once
+        assert first != second
+        assert {first["sparse_backends"], second["sparse_backends"]} <= choices
+        picks.append((first, second))
+    assert picks[0] == picks[1]  # deterministic per seed
+
+
+def test_the_sampler_moves_towards_what_measured_well() -> None:
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    study.sampler = StructuredSampler(space, seed=1)
+    good = "flashmla_kv/flashmla_kv"
+    tried = [(0.8, good), (0.86, "fa3/fa3"), (0.9, "tilelang/tilelang"), (0.84, good)]
+    tried.append((0.82, "fa3/flashmla_kv"))
+    for fraction, pair in tried:
+        params = {"mem-fraction-static": fraction, "cuda_graph": "off", "sparse_backends": pair}
+        study.enqueue_trial(sampler_params(space, params))
+        trial = study.ask()
+        suggest(space, trial)
+        trial.set_user_attr("feasible", True)
+        study.tell(trial, [1000.0 if pair == good else 400.0, 1e5])
+    later = [_ask(study, space) for _ in range(3)]
+    assert sum(1 for p in later if p["sparse_backends"] == good) >= 2
+    for p in later:  # never a launch already made
+        assert (p["mem-fraction-static"], p["sparse_backends"]) not in tried or p["cuda_graph"] != "off"
