@@ -129,7 +129,8 @@ def run_tuner(
         )
         if not finalists or not prune:
             search = world.space.search
-            off = search.finalists.model_copy(update={"count": 0 if not finalists else search.finalists.count})
+            count = search.finalists.count if finalists else 0
+            off = search.finalists.model_copy(update={"count": count})
             space = replace(space, search=search.model_copy(update={"finalists": off, "prune": prune}))
         runner = StudyRunner(
             space, db_url=f"sqlite:///{tmp}/study.db", n_trials=budget, execute=execute, hooks=hooks
