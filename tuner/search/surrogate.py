@@ -43,7 +43,9 @@ class Features:
         return Features(cat=self.cat[idx], num=self.num[idx])
 
 
-def knob_kernels(a: Features, b: Features, blocks: Sequence[Block], length: float = LENGTHS[0]) -> list[Array]:
+def knob_kernels(
+    a: Features, b: Features, blocks: Sequence[Block], length: float = LENGTHS[0]
+) -> list[Array]:
     """Per knob, the similarity of every row of `a` to every row of `b` (values in [0, 1])."""
     out: list[Array] = []
     for block in blocks:
