@@ -38,12 +38,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first  # noqa: E402
+from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first, run_tuner  # noqa: E402
 from search_world import World, hypervolume, world  # noqa: E402
 
 from tuner.search.evidence import Evidence, knobs_of  # noqa: E402
 from tuner.search.rules import Rule, contradicts, covering, rules_from  # noqa: E402
 from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS  # noqa: E402
+from tuner.study.events import Hooks, TrialEvent  # noqa: E402
 
 SCENARIOS = ("glm5-nvfp4-sm120", "dsv32-fp8-h200", "glm5-nvfp4-b200-tp4")
 WITHIN = 0.02
@@ -128,7 +129,9 @@ def run_one(job: tuple[str, str, int, int]) -> Score:
     """One strategy, scenario and seed (a pool task)."""
     scenario, strategy, seed, budget = job
     w = _world(scenario)
-    return replace(score(w, {**STRATEGIES, **DIAGNOSTICS}[strategy](w, seed, budget), seed), scenario=scenario)
+    return replace(
+        score(w, {**STRATEGIES, **DIAGNOSTICS}[strategy](w, seed, budget), seed), scenario=scenario
+    )
 
 
 def _span(values: Sequence[float], fmt: str, budget: int | None = None) -> str:
@@ -219,8 +222,10 @@ def summary(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> 
         return []
     out = [
         "",
-        f"generated landscapes ({len(generated)}): median over landscapes of the per-landscape median over seeds",
-        f"  {'strategy':<11} {'to 2%':<8} {'<=10 (share)':<13} {'wasted':<8} {'bad':<6} {'HV':<6} {'pick %':<7}",
+        f"generated landscapes ({len(generated)}): "
+        "median over landscapes of the per-landscape median over seeds",
+        f"  {'strategy':<11} {'to 2%':<8} {'<=10 (share)':<13} {'wasted':<8} {'bad':<6} {'HV':<6} "
+        f"{'pick %':<7}",
     ]
     for strategy in strategies:
         rows = []
@@ -228,9 +233,13 @@ def summary(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> 
             mine = [s for s in scores if s.scenario == name and s.strategy == strategy]
             if mine:
                 to = statistics.median(float(s.to_best or budget + 1) for s in mine)
-                rows.append((to, statistics.median(s.wasted for s in mine),
-                             statistics.median(s.proven_bad for s in mine), statistics.median(s.hv for s in mine),
-                             statistics.median(s.pick for s in mine)))  # fmt: skip
+                rows.append((
+                    to,
+                    statistics.median(s.wasted for s in mine),
+                    statistics.median(s.proven_bad for s in mine),
+                    statistics.median(s.hv for s in mine),
+                    statistics.median(s.pick for s in mine),
+                ))  # fmt: skip
         if not rows:
             continue
         to = statistics.median(r[0] for r in rows)
@@ -239,8 +248,25 @@ def summary(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> 
         cells = (shown, f"{share:.2f}", f"{statistics.median(r[1] for r in rows):g}",
                  f"{statistics.median(r[2] for r in rows):g}", f"{statistics.median(r[3] for r in rows):.2f}",
                  f"{statistics.median(r[4] for r in rows):.1f}")  # fmt: skip
-        out.append(f"  {strategy:<11} " + " ".join(f"{c:<{w}}" for c, w in zip(cells, (8, 13, 8, 6, 6, 7), strict=True)))
+        out.append(
+            f"  {strategy:<11} "
+            + " ".join(f"{c:<{w}}" for c, w in zip(cells, (8, 13, 8, 6, 6, 7), strict=True))
+        )
     return out
+
+
+def ask_times(name: str, kind: str, trials: int = 200) -> str:
+    """The tuner's own time per launched trial (ask, screen, tell, store) near trial 50 and trial 200."""
+    own: list[float] = []
+
+    def on_trial(event: TrialEvent) -> None:
+        if event.launched and event.overhead_s is not None:
+            own.append(event.overhead_s)
+
+    run_tuner(_world(name), 1, trials, kind=kind, label=kind, finalists=False, hooks=Hooks(on_trial=on_trial))
+    near = {n: own[max(0, n - 10) : n] for n in (50, trials)}
+    shown = ", ".join(f"at {n}: {statistics.median(v):.3f} s" for n, v in near.items() if v)
+    return f"  {name:<22} {kind:<11} own time per launched trial (median of 10) {shown} ({len(own)} launches)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -254,14 +280,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--tiny", action="store_true", help="also tiny-fast (no failures)")
     parser.add_argument(
-        "--scenario", action="append", help=f"one of {', '.join(SCENARIOS)}, tiny-fast, or gen-SEED (generated)"
+        "--scenario",
+        action="append",
+        help=f"one of {', '.join(SCENARIOS)}, tiny-fast, or gen-SEED (generated)",
     )
     parser.add_argument(
-        "--generated", choices=("train", "test", "none"), default="test",
+        "--generated",
+        choices=("train", "test", "none"),
+        default="test",
         help="also the generated landscapes of this split (tuner.sim.generate; default: test)",
     )
     parser.add_argument("--gen-count", type=int, default=None, help="only the first N generated seeds")
     parser.add_argument("--quick", action="store_true", help="3 seeds, 5 generated landscapes")
+    parser.add_argument("--no-shipped", action="store_true", help="generated landscapes only")
+    parser.add_argument(
+        "--ask-time",
+        action="store_true",
+        help="instead: the time per ask of a 200-launch study of each --scenario, structured and tpe",
+    )
     parser.add_argument(
         "--strategy",
         action="append",
@@ -272,9 +308,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.seeds, args.gen_count = min(args.seeds, 3), args.gen_count or 5
     scenarios = args.scenario or [*SCENARIOS, *(["tiny-fast"] if args.tiny else [])]
+    if args.no_shipped:
+        scenarios = []
+    if args.ask_time:
+        for name in scenarios:
+            for kind in ("structured", "tpe"):
+                print(ask_times(name, kind), flush=True)
+        return 0
     if args.generated != "none":
         split = TRAIN_SEEDS if args.generated == "train" else TEST_SEEDS
-        scenarios += [f"gen-{n}" for n in split[: args.gen_count]]
+        scenarios = list(dict.fromkeys([*scenarios, *(f"gen-{n}" for n in split[: args.gen_count])]))
     strategies = args.strategy or list(STRATEGIES)
     started = time.monotonic()
     for name in scenarios:  # built once here; forked workers inherit them

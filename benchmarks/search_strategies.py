@@ -34,6 +34,7 @@ from tuner.result import TrialResult
 from tuner.session import TrialContext, prepare_launch
 from tuner.space.loader import ParamKind
 from tuner.space.params import condition_holds
+from tuner.study.events import Hooks
 from tuner.study.runner import StudyRunner
 from tuner.study.storage import make_sampler
 from tuner.study.tell import not_launched
@@ -92,6 +93,7 @@ def run_tuner(
     kind: str = "structured",
     label: str = "tuner",
     prune: bool = True,
+    hooks: Hooks | None = None,
 ) -> Run:
     """The real StudyRunner on a temporary SQLite file; every launch answered by the oracle.
 
@@ -128,9 +130,12 @@ def run_tuner(
         )
         if not finalists or not prune:
             search = world.space.search
-            off = search.finalists.model_copy(update={"count": 0 if not finalists else search.finalists.count})
+            count = search.finalists.count if finalists else 0
+            off = search.finalists.model_copy(update={"count": count})
             space = replace(space, search=search.model_copy(update={"finalists": off, "prune": prune}))
-        runner = StudyRunner(space, db_url=f"sqlite:///{tmp}/study.db", n_trials=budget, execute=execute)
+        runner = StudyRunner(
+            space, db_url=f"sqlite:///{tmp}/study.db", n_trials=budget, execute=execute, hooks=hooks
+        )
         summary = runner.run()
         trials = runner.study.get_trials(deepcopy=False)
         why = [str(t.user_attrs.get("rule")) for t in trials if t.user_attrs.get("pruned")]

@@ -37,7 +37,7 @@ def test_the_tuner_never_launches_into_a_region_an_earlier_failure_proved_bad(sm
     assert 0.0 <= s.hv <= 1.0 + 1e-9 and s.wasted <= BUDGET
 
 
-@pytest.mark.parametrize("strategy", ["tpe", "random", "grid", "tier"])
+@pytest.mark.parametrize("strategy", ["release", "tpe", "random", "grid", "tier", "scoot"])
 def test_every_other_strategy_spends_exactly_its_budget(sm120: World, strategy: str) -> None:
     s = score(sm120, STRATEGIES[strategy](sm120, 1, BUDGET), 1)
     assert s.launches == BUDGET and 0 <= s.wasted <= BUDGET and 0.0 <= s.hv <= 1.0 + 1e-9

@@ -7,18 +7,25 @@ import random
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pytest
 
 from tuner.search.acquire import ehvi, expected_excess, hypervolume, norm_cdf, scores
 from tuner.search.candidates import Block, candidates, params_key
+from tuner.search.sampler import StructuredSampler
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features, combine, fit_predict, knob_kernels
-from tuner.space.loader import load_space
+from tuner.space.loader import SearchSpace, load_space, suggest
+from tuner.space.sampling import joined_params, sampler_params
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # a toy space of three knobs: 4 x 3 x 5 levels, log throughput additive plus one interaction
-BLOCKS = (Block(name="a", cat=(0,), num=()), Block(name="b", cat=(1,), num=()), Block(name="f", cat=(), num=(0,)))
+BLOCKS = (
+    Block(name="a", cat=(0,), num=()),
+    Block(name="b", cat=(1,), num=()),
+    Block(name="f", cat=(), num=(0,)),
+)
 GRID = [(a, b, f) for a in range(4) for b in range(3) for f in range(5)]
 FEATURES = Features(
     cat=np.asarray([(a, b) for a, b, _ in GRID], dtype=np.int64),
@@ -27,7 +34,12 @@ FEATURES = Features(
 
 
 def truth(a: int, b: int, f: int) -> float:
-    return [0.0, 0.3, -0.2, 0.1][a] + [0.0, 0.2, -0.1][b] - 0.5 * (f / 4 - 0.6) ** 2 + (0.15 if (a, b) == (1, 1) else 0)
+    return (
+        [0.0, 0.3, -0.2, 0.1][a]
+        + [0.0, 0.2, -0.1][b]
+        - 0.5 * (f / 4 - 0.6) ** 2
+        + (0.15 if (a, b) == (1, 1) else 0)
+    )
 
 
 def test_every_knob_kernel_is_one_on_the_diagonal_and_the_full_kernel_has_unit_prior_variance() -> None:
@@ -81,7 +93,9 @@ def test_scores_prefer_likely_feasible_improvements() -> None:
     sd = np.full(3, 0.05)
     got = scores(mu, sd, np.asarray([0.9, 0.1, 0.9]), best=100.0, second=None, front=[])
     assert got[0] > got[1] and got[0] > got[2]
-    cold = scores(mu, np.asarray([0.1, 0.5, 0.2]), np.asarray([1.0, 0.5, 1.0]), best=None, second=None, front=[])
+    cold = scores(
+        mu, np.asarray([0.1, 0.5, 0.2]), np.asarray([1.0, 0.5, 1.0]), best=None, second=None, front=[]
+    )
     assert list(np.argsort(cold)) == [0, 2, 1]  # nothing measured: most uncertain x likely feasible
 
 
@@ -100,7 +114,9 @@ def test_choose_never_picks_a_disallowed_candidate_and_is_deterministic_per_seed
 
 def test_choose_steers_away_from_the_neighbours_of_unexplained_failures() -> None:
     # every launch with a == 2 failed: the feasibility surrogate makes a == 2 unlikely
-    seen = [Seen(index=i, log_first=None, second=None, feasible=False) for i, g in enumerate(GRID) if g[0] == 2][:4]
+    seen = [
+        Seen(index=i, log_first=None, second=None, feasible=False) for i, g in enumerate(GRID) if g[0] == 2
+    ][:4]
     seen += [Seen(index=i, log_first=truth(*GRID[i]), second=None, feasible=True) for i in (0, 20, 50)]
     allowed = [i not in {s.index for s in seen} for i in range(len(GRID))]
     picks = [choose(FEATURES, BLOCKS, seen, allowed, second=None, seed=s) for s in range(10)]
@@ -116,3 +132,45 @@ def test_the_candidates_of_a_shipped_space_are_its_points_with_pairs_only_from_i
     assert len(set(found.keys)) == len(found.keys)
     assert params_key(found.params[0]) == found.keys[0]
     assert len(found.cat[0]) == 5 and len(found.num[0]) == 2  # pair: 3 columns, graphs: 2 + batch size
+
+
+def _ask(study: optuna.Study, space: SearchSpace) -> dict[str, object]:
+    trial = study.ask()
+    _, params = suggest(space, trial)
+    return joined_params(space, params)
+
+
+def test_the_sampler_answers_whole_allowed_configurations_and_never_one_already_running() -> None:
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    choices = set(next(p for p in space.params if p.name == "sparse_backends").choices)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    picks = []
+    for _ in range(2):
+        study = optuna.create_study(directions=["maximize", "maximize"])
+        study.sampler = StructuredSampler(space, seed=3)
+        first, second = _ask(study, space), _ask(study, space)  # both still running: two workers at once
+        assert first != second
+        assert {first["sparse_backends"], second["sparse_backends"]} <= choices
+        picks.append((first, second))
+    assert picks[0] == picks[1]  # deterministic per seed
+
+
+def test_the_sampler_moves_towards_what_measured_well() -> None:
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    study.sampler = StructuredSampler(space, seed=1)
+    good = "flashmla_kv/flashmla_kv"
+    tried = [(0.8, good), (0.86, "fa3/fa3"), (0.9, "tilelang/tilelang"), (0.84, good)]
+    tried.append((0.82, "fa3/flashmla_kv"))
+    for fraction, pair in tried:
+        params = {"mem-fraction-static": fraction, "cuda_graph": "off", "sparse_backends": pair}
+        study.enqueue_trial(sampler_params(space, params))
+        trial = study.ask()
+        suggest(space, trial)
+        trial.set_user_attr("feasible", True)
+        study.tell(trial, [1000.0 if pair == good else 400.0, 1e5])
+    later = [_ask(study, space) for _ in range(3)]
+    assert sum(1 for p in later if p["sparse_backends"] == good) >= 2
+    for p in later:  # never a launch already made
+        assert (p["mem-fraction-static"], p["sparse_backends"]) not in tried or p["cuda_graph"] != "off"

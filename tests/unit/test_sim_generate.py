@@ -42,7 +42,9 @@ def test_the_split_is_fixed_and_disjoint() -> None:
 
 
 @pytest.mark.parametrize("seed", [TRAIN_SEEDS[2]])
-def test_a_generated_landscape_has_failures_and_a_true_best_the_oracle_finds(seed: int, tmp_path: Path) -> None:
+def test_a_generated_landscape_has_failures_and_a_true_best_the_oracle_finds(
+    seed: int, tmp_path: Path
+) -> None:
     found, line = generate(seed)
     why, scored = check(found)
     assert why is None and "within 2% of the best" in line
@@ -64,7 +66,9 @@ def test_the_generator_varies_the_structure_across_seeds() -> None:
         assert what in mechanisms
 
 
-def test_generate_writes_a_scenario_and_a_space_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_generate_writes_a_scenario_and_a_space_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["--seed", str(TRAIN_SEEDS[2]), "--out", str(tmp_path)]) == 0
     space = yaml.safe_load((tmp_path / "space.yaml").read_text())
     assert space["engine"]["scenario"] == "scenario.yaml" and (tmp_path / "scenario.yaml").is_file()
@@ -75,7 +79,9 @@ def test_nan_coupled_to_the_kv_dtype_fails_only_with_that_dtype() -> None:
     found = draw(0)
     raw = dict(found.scenario)
     backends = dict(raw["backends"])
-    victim = next(n for n, r in backends.items() if n != "default" and isinstance(r, dict) and r["behaviour"] == "ok")
+    victim = next(
+        n for n, r in backends.items() if n != "default" and isinstance(r, dict) and r["behaviour"] == "ok"
+    )
     backends[victim] = {"behaviour": "garbage", "behaviour_kv_dtypes": ["bfloat16"]}
     raw["backends"] = backends
     scenario = parse_scenario(raw, "kv coupling")

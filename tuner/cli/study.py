@@ -71,7 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--seed", type=seed, default=None, help="sampler seed (overrides the space's sampler.seed)"
     )
     run.add_argument(
-        "--sampler", choices=("structured", "tpe", "gp", "random"), default=None, help="overrides the space's sampler.kind"
+        "--sampler",
+        choices=("structured", "tpe", "gp", "random"),
+        default=None,
+        help="overrides the space's sampler.kind",
     )
     run.set_defaults(handler=cmd_run)
 

@@ -23,7 +23,9 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 def norm_cdf(x: Array) -> Array:
     """The standard normal CDF, elementwise."""
-    return 0.5 * (1.0 + _ERF(np.asarray(x, dtype=np.float64) / math.sqrt(2.0)).astype(np.float64))
+    erf = np.asarray(_ERF(np.asarray(x, dtype=np.float64) / math.sqrt(2.0)), dtype=np.float64)
+    out: Array = 0.5 * (1.0 + erf)
+    return out
 
 
 def expected_excess(mu: Array, sd: Array, threshold: float | Array) -> Array:

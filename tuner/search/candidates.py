@@ -176,9 +176,9 @@ def _graph_bs(value: Any) -> int | None:
     return None
 
 
-def _features(params: Mapping[str, Any], columns: tuple[list[_Column], list[_Column]]) -> tuple[
-    tuple[int, ...], tuple[float, ...]
-]:
+def _features(
+    params: Mapping[str, Any], columns: tuple[list[_Column], list[_Column]]
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
     cat_cols, num_cols = columns
     cats: list[int] = []
     for p, how, table in cat_cols:
@@ -200,7 +200,7 @@ def _features(params: Mapping[str, Any], columns: tuple[list[_Column], list[_Col
             nums.append(-1.0)
             continue
         v = params[p.name]
-        x = float(_graph_bs(v) or 0) if how == "graph_bs" else float(v)  # type: ignore[arg-type]
+        x = float(_graph_bs(v) or 0) if how == "graph_bs" else float(v)
         low, high, log = span
         if how == "graph_bs" and x <= 0:
             nums.append(0.0)

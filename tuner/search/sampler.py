@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,7 +63,9 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self._plans: dict[int, dict[str, object]] = {}
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
 
-    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
         return {}
 
     def sample_relative(
@@ -108,6 +111,10 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         second = None
         if self._policy_of is not None:
             policy = self._policy_of(trials)
+            explained = {r.evidence for r in policy.rules} if policy.prune else set()
+            seen = [
+                replace(s, explained=True) if not s.feasible and s.trial in explained else s for s in seen
+            ]
             kv: list[float] = []
             for i, config in enumerate(found.configs):
                 if not allowed[i]:
@@ -140,4 +147,6 @@ def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> S
     second = None
     if log_first is not None and len(values) > 1 and directions[1] is StudyDirection.MAXIMIZE:
         second = float(values[1])
-    return Seen(index=index, log_first=log_first, second=second, feasible=bool(attrs.get("feasible")))
+    return Seen(
+        index=index, log_first=log_first, second=second, feasible=bool(attrs.get("feasible")), trial=t.number
+    )

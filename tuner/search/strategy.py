@@ -6,8 +6,9 @@
 modelled in log space, e.g. output throughput; second: KV tokens), and whether it was feasible.
 Candidates already launched, running elsewhere, or proven bad by a failure rule or the memory
 model are not `allowed`. Two surrogates are fitted on the same knob kernel: log throughput over
-the measured launches, and feasibility (+1 / -1) over every launch, so failures no rule explains
-(yet) lower the chance of their neighbours. The acquisition (tuner.search.acquire) then weighs
+the measured launches, and feasibility (+1 / -1) over every launch, a failure a standing rule explains
+counting less (the rule's scope already says where it holds), so failures lower the chance of
+their neighbours. The acquisition (tuner.search.acquire) then weighs
 expected improvement of the best and of the front by that chance. A small seeded share of picks
 goes to the most uncertain likely-feasible candidate instead, so a wrong early model cannot lock
 the search in one region.
@@ -26,10 +27,13 @@ from tuner.search.acquire import norm_cdf, scores
 from tuner.search.candidates import Block
 from tuner.search.surrogate import Array, Features, fit_predict
 
-EXPLORE = 0.1  # share of picks that go to the most uncertain likely-feasible candidate
+EXPLORE = 0.0  # share of picks that go to the most uncertain likely-feasible candidate (0: EI alone explores)
 FEASIBLE_PRIOR = 0.3  # the feasibility surrogate's prior mean (labels +1 / -1): untried leans feasible
-HV_WEIGHT = 1.0
-MIN_SPREAD = 0.15  # log-throughput spread assumed before the launches show one (configurations differ by ~15%)
+EXPLAINED_LABEL = -1.0  # the label of a failure a rule explains (as strong as any other: measured best)
+HV_WEIGHT = 0.1  # EHVI relative to EI: KV is predicted, throughput is what a launch must find
+MIN_SPREAD = (
+    0.15  # log-throughput spread assumed before the launches show one (configurations differ by ~15%)
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,6 +44,8 @@ class Seen:
     log_first: float | None  # log of the first objective (sign chosen so higher is better)
     second: float | None  # the second objective as measured (higher is better), if any
     feasible: bool
+    trial: int | None = None  # the Optuna trial number, when there is one
+    explained: bool = False  # a failure a standing rule proves: the rule's scope says where it holds
 
 
 def choose(
@@ -58,7 +64,7 @@ def choose(
     rng = random.Random(seed)
     jitter = np.asarray([rng.random() for _ in range(len(mask))]) * 1e-12
     open_rows = np.flatnonzero(mask)
-    test = features.take(open_rows)
+    test = features.take([int(i) for i in open_rows])
     p_feasible = _feasibility(features, blocks, seen, test)
     measured = [s for s in seen if s.log_first is not None]
     if len(measured) == 0:
@@ -88,7 +94,7 @@ def _feasibility(features: Features, blocks: Sequence[Block], seen: Sequence[See
     """P(feasible) of the test rows from the launches' outcomes (0.5-ish where nothing is known)."""
     if not seen:
         return np.full(test.cat.shape[0], 0.6)
-    labels = np.asarray([1.0 if s.feasible else -1.0 for s in seen])
+    labels = np.asarray([1.0 if s.feasible else (EXPLAINED_LABEL if s.explained else -1.0) for s in seen])
     if labels.min() > 0:
         return np.full(test.cat.shape[0], 0.9)
     post = fit_predict(

@@ -9,8 +9,8 @@ pairwise terms, which is what the kernel says:
     k_j      = mean over the knob's features of [x == x'] (categorical), exp(-d^2 / 2l^2) (numeric)
 
 The pairwise sum is ((sum_j k_j)^2 - sum_j k_j^2) / 2, so a prediction costs O(J m n) for m
-candidates and n observations. Targets are standardised; the interaction share b and the noise
-are chosen by marginal likelihood on a small grid. Pure numpy: no torch, no scipy.
+candidates and n observations. Targets are standardised; the numeric length scale, the interaction
+share b and the noise are chosen by marginal likelihood on a small grid. Pure numpy: no torch, no scipy.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from tuner.search.candidates import Block
 
-LENGTH = 0.2  # numeric length scale, on the [0, 1] feature scale
+LENGTHS = (0.15, 0.45)  # candidate numeric length scales, on the [0, 1] feature scale
 CONSTANT = 0.05  # the share of the variance every pair of configurations shares
 SHARES = (0.15, 0.35, 0.6)  # candidate interaction shares b (a = 1 - c - b)
 NOISES = (0.003, 0.02, 0.1)  # candidate noise variances, relative to the standardised target
@@ -43,7 +43,9 @@ class Features:
         return Features(cat=self.cat[idx], num=self.num[idx])
 
 
-def knob_kernels(a: Features, b: Features, blocks: Sequence[Block]) -> list[Array]:
+def knob_kernels(
+    a: Features, b: Features, blocks: Sequence[Block], length: float = LENGTHS[0]
+) -> list[Array]:
     """Per knob, the similarity of every row of `a` to every row of `b` (values in [0, 1])."""
     out: list[Array] = []
     for block in blocks:
@@ -53,7 +55,7 @@ def knob_kernels(a: Features, b: Features, blocks: Sequence[Block]) -> list[Arra
             parts.append(((x == y) & (x >= 0)).astype(np.float64) + ((x < 0) & (y < 0)))
         for c in block.num:
             x2, y2 = a.num[:, c][:, None], b.num[:, c][None, :]
-            near = np.exp(-((x2 - y2) ** 2) / (2 * LENGTH**2))
+            near = np.exp(-((x2 - y2) ** 2) / (2 * length**2))
             both_off = (x2 < 0) & (y2 < 0)
             one_off = (x2 < 0) ^ (y2 < 0)
             parts.append(np.where(both_off, 1.0, np.where(one_off, 0.0, near)))
@@ -65,13 +67,15 @@ def knob_kernels(a: Features, b: Features, blocks: Sequence[Block]) -> list[Arra
 def combine(kernels: Sequence[Array], share: float) -> Array:
     """The full kernel from the knobs' kernels: constant + main effects + pairwise products."""
     j = len(kernels)
-    total = np.sum(kernels, axis=0)
-    main = (1.0 - CONSTANT - share) * total / max(1, j)
+    total: Array = np.sum(kernels, axis=0)
     if j < 2:
-        return CONSTANT + (1.0 - CONSTANT) * total / max(1, j)
-    squares = np.sum([k * k for k in kernels], axis=0)
+        out: Array = CONSTANT + (1.0 - CONSTANT) * total / max(1, j)
+        return out
+    main = (1.0 - CONSTANT - share) * total / j
+    squares: Array = np.sum([k * k for k in kernels], axis=0)
     pairs = (total * total - squares) / 2.0
-    return CONSTANT + main + share * pairs / (j * (j - 1) / 2)
+    full: Array = CONSTANT + main + share * pairs / (j * (j - 1) / 2)
+    return full
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,17 +106,20 @@ def fit_predict(
     if scale is None:
         scale = max(float(np.std(y)) if n > 1 else 1.0, 1e-3)
     z = (y - centre) / scale
-    k_train = knob_kernels(train, train, blocks)
-    k_test = knob_kernels(test, train, blocks)
-    best: tuple[float, float, float] | None = None
-    for share in SHARES if len(blocks) > 1 else (0.0,):
-        k = combine(k_train, share)
-        for noise in NOISES:
-            lml = _log_marginal(k, z, noise)
-            if best is None or lml > best[0]:
-                best = (lml, share, noise)
+    numeric = any(b.num for b in blocks)
+    best: tuple[float, float, float, float] | None = None
+    for length in LENGTHS if numeric else LENGTHS[:1]:
+        k_train = knob_kernels(train, train, blocks, length)
+        for share in SHARES if len(blocks) > 1 else (0.0,):
+            k = combine(k_train, share)
+            for noise in NOISES:
+                lml = _log_marginal(k, z, noise)
+                if best is None or lml > best[0]:
+                    best = (lml, length, share, noise)
     assert best is not None
-    _, share, noise = best
+    _, length, share, noise = best
+    k_train = knob_kernels(train, train, blocks, length)
+    k_test = knob_kernels(test, train, blocks, length)
     k = combine(k_train, share) + noise * np.eye(n)
     chol = np.linalg.cholesky(k + 1e-9 * np.eye(n))
     alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))

@@ -1,4 +1,4 @@
-"""`python -m tuner.sim <SGLang launch flags> [--sim-* flags]`, `python -m tuner.sim landscape ...` or `generate ...`."""
+"""`python -m tuner.sim <SGLang launch flags> [--sim-* flags]`, or `... landscape|generate ...`."""
 
 from __future__ import annotations
 

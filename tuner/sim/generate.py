@@ -112,7 +112,8 @@ def draw(seed: int, attempt: int = 0) -> Draw:
     space = _space(rng, seed, scenario, pairs, knobs, conc, input_len, output_len)
     extra = ", ".join(f"{k} {len(v)}" for k, v in knobs.items())
     summary = (
-        f"{gpu_name} x{tp}, weights {weights / 1024:.0f} GiB/GPU, {kind} c{conc} in{input_len} out{output_len}; "
+        f"{gpu_name} x{tp}, weights {weights / 1024:.0f} GiB/GPU, "
+        f"{kind} c{conc} in{input_len} out{output_len}; "
         f"pairs {len(pairs)}{', ' + extra if extra else ''}; {'; '.join(mechanisms) or 'no NaN mechanism'}"
     )
     return Draw(seed=seed, attempt=attempt, scenario=scenario, space=space, summary=summary)
@@ -161,7 +162,10 @@ def _backends(
             small, large = rng.uniform(0.75, 1.35), rng.uniform(0.75, 1.35)
             rule["decode_factor"] = {1: round(small, 2), rng.choice((16, 32, 64, 96)): round(large, 2)}
         if sm not in BACKENDS[name] and rng.random() < 0.8:
-            rule = {"behaviour": "unsupported", "error": f"RuntimeError: {name} kernels: Unsupported architecture"}
+            rule = {
+                "behaviour": "unsupported",
+                "error": f"RuntimeError: {name} kernels: Unsupported architecture",
+            }
             mechanisms.append(f"{name} unsupported")
         rules[name] = rule
     working = [n for n in names if rules[n]["behaviour"] == "ok"]
@@ -284,7 +288,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuner.sim generate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--out", type=Path, help="folder for scenario.yaml and space.yaml (default: generated-SEED)")
+    parser.add_argument(
+        "--out", type=Path, help="folder for scenario.yaml and space.yaml (default: generated-SEED)"
+    )
     args = parser.parse_args(argv)
     try:
         found, best = generate(args.seed)

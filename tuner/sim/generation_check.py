@@ -1,4 +1,4 @@
-"""Keep a drawn landscape only when it is a fair test: valid, with failures, and a best that is not everywhere.
+"""Keep a drawn landscape only when it is a fair test: valid, with failures, a best that is not everywhere.
 
     generate(seed) -> (Draw, best line)    the first sub-seed of `seed` whose draw passes
 
@@ -57,7 +57,7 @@ def within_two_percent(scored: list[Scored]) -> int:
 
 def generate(seed: int) -> tuple[Draw, str]:
     """The landscape of `seed` (the first attempt that passes) and a line naming its true best."""
-    why = ""
+    why: str | None = ""
     for attempt in range(ATTEMPTS):
         found = draw(seed, attempt)
         why, scored = check(found)

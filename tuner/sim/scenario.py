@@ -87,7 +87,7 @@ class BackendRule:
     decode_factor: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (min batch, x decode step time)
     nan_min_batch: int | None = None  # NaN in decode steps of at least this batch (None: never)
     nan_graph_only: bool = False  # ... and only in steps replayed from a captured CUDA graph
-    behaviour_kv_dtypes: tuple[str, ...] | None = None  # nan/garbage only with these KV dtypes (ok with others)
+    behaviour_kv_dtypes: tuple[str, ...] | None = None  # nan/garbage only with these KV dtypes; ok otherwise
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

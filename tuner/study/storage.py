@@ -64,7 +64,9 @@ def make_sampler(space: SearchSpace, *, seed: int | None = None) -> optuna.sampl
     spec = space.sampler
     seed = spec.seed if seed is None else seed
     if spec.kind == "structured":
-        return StructuredSampler(space, seed=seed, policy_of=lambda trials: policy_for(space, study_evidence(space, trials)))
+        return StructuredSampler(
+            space, seed=seed, policy_of=lambda trials: policy_for(space, study_evidence(space, trials))
+        )
     if spec.kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.kind == "gp":
