@@ -32,8 +32,6 @@ CASES = [
 ]
 
 
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_bad_space_exits_2_with_one_line_and_touches_nothing(tmp_path: Path, case: tuple) -> None:
     _, text, key, line, _ = case
@@ -76,7 +74,7 @@ def test_bad_gpu_list_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_a_database_server_that_refuses_is_one_line_without_its_password(tmp_path: Path) -> None:
-    done = _tuner(tmp_path, "status", "--db", "postgresql://me:pw-Secret-9@127.0.0.1:1/db")
+    done = tuner_in(tmp_path, "status", "--db", "postgresql://me:pw-Secret-9@127.0.0.1:1/db")
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert "pw-Secret-9" not in done.stderr and "me:***@" in done.stderr
