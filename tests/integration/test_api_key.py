@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.integration.conftest_sim import Sim, sim_factory  # noqa: F401 - the fixture
+from support.sim import Sim
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def _bearer(key: str) -> dict[str, str]:
 
 
 def test_simulator_answers_401_without_the_key_and_wants_the_admin_key_for_flush(
-    sim_factory: Callable[..., Sim],  # noqa: F811
+    sim_factory: Callable[..., Sim],
 ) -> None:
     sim = sim_factory(*TINY, "--api-key", KEY, "--admin-api-key", ADMIN)
     sim.wait_ready()
@@ -78,7 +78,7 @@ def _tuner(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 
 def test_bench_and_gate_urls_take_the_key_and_bench_writes_bench_serving_records(
-    sim_factory: Callable[..., Sim],  # noqa: F811
+    sim_factory: Callable[..., Sim],
 ) -> None:
     sim = sim_factory(*TINY, "--api-key", KEY)
     sim.wait_ready()

@@ -20,7 +20,6 @@ from tuner.space.loader import config_from_params, load_space
 from tuner.trial import run_trial
 
 pytestmark = pytest.mark.integration
-pytest_plugins = ("conftest_sim",)  # the sim_factory fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()

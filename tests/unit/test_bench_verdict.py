@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from result_builders import make_bench
+from support.results import make_bench
 
 from tuner.bench.accumulate import StreamAccumulator, usage_problem
 from tuner.bench.settings import Api

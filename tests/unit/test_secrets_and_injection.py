@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from report_builders import make_row, study_data
+from support.reports import make_row, study_data
 
 from tuner.names import name_problem, one_line, version_problem
 from tuner.report.export import build_profile, select
