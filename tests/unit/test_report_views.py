@@ -76,7 +76,7 @@ def test_hover_and_table_never_say_nan_for_a_feasible_trial() -> None:
     assert "nan" not in hover_text(records[0], "output_throughput", "kv_tokens").lower()
     assert "min free VRAM (MiB): 8,000" in hover_text(records[0], "output_throughput", "kv_tokens")
     table = trials_table(frame, data.metric_names)
-    assert list(table["result"]) == ["feasible", "feasible", "oom", "nan"]
+    assert list(table["result"]) == ["ok", "ok", "failed: oom", "failed: nan"]
     assert table.loc[0, "output throughput (tok/s)"] == "150.0" and table.loc[2, "KV-cache tokens"] == "-"
     figure = pareto_plotly(frame)
     if figure is not None:

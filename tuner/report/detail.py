@@ -15,6 +15,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.config import Outcome
 from tuner.report.frame import EXCERPT_LINES, compact_params, failure_class
 from tuner.store.rows import StoredTrial
 from tuner.store.sql import SqlStore
@@ -33,8 +34,15 @@ __all__ = [
 
 
 def failures_by_class(rows: Sequence[StoredTrial]) -> Counter[str]:
-    """How many recorded trials ended in each failure class (SLO misses as slo_violation)."""
-    return Counter(c for r in rows if r.confirm_of is None and (c := failure_class(r)) is not None)
+    """How many launches ended in each failure class (SLO misses as slo_violation; pruned asks never
+    launched, so they are not failures: tuner.report.asks counts them by rule)."""
+    return Counter(
+        c for r in rows if r.confirm_of is None and _launched(r) and (c := failure_class(r)) is not None
+    )
+
+
+def _launched(row: StoredTrial) -> bool:
+    return row.outcome is not Outcome.PRUNED
 
 
 def failures_frame(rows: Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -> pd.DataFrame:
@@ -42,7 +50,7 @@ def failures_frame(rows: Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -
     records = []
     for r in rows:
         failure = failure_class(r)
-        if failure is None:
+        if failure is None or not _launched(r):
             continue
         excerpt = "\n".join((r.log_excerpt or "").splitlines()[-lines:])
         records.append(

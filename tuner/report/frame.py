@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError
 from tuner.metrics import METRICS
+from tuner.report.asks import classify, classify_trial
 from tuner.store.codec import finite
 from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.rows import StoredTrial
@@ -240,6 +241,8 @@ _BASE_COLUMNS = (
     "pareto",
     "reused_from",
     "knobs",
+    "fate",
+    "noisy",
 )
 _TAIL_COLUMNS = (
     "startup_s",
@@ -268,12 +271,14 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
         items = [(t.number, data.row_of(t.number), t) for t in data.trials]
     else:
         items = [(r.trial_number, r, None) for r in data.rows if r.confirm_of is None]
+    fates = {a.number: a for a in classify(data.trials, data.rows)}
     records = []
     for number, row, trial in items:
         params = dict(trial.params) if trial is not None else dict(row.params if row else {})
         if row is not None and not params:
             params = dict(row.params)
         reused = trial.user_attrs.get("dedup_of") if trial is not None else None
+        ask = fates.get(number) if number is not None else classify_trial(trial, row)
         rec: dict[str, Any] = {
             "trial": number,
             "row_id": row.id if row else None,
@@ -286,6 +291,8 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
             "pareto": number in front_set,
             "reused_from": reused if isinstance(reused, int) else None,
             "knobs": compact_params({k: params.get(k) for k in param_names if k in params}, short),
+            "fate": ask.fate.value if ask is not None else None,
+            "noisy": ask.noisy if ask is not None else None,
         }
         for name in param_names:
             column = name if name not in _BASE_COLUMNS and name not in MEASURED else f"param:{name}"

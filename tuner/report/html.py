@@ -51,6 +51,7 @@ class HtmlReport:
     export_text: str  # the recommended launch script
     export_reason: str
     images: Sequence[tuple[str, str]]  # (caption, data URI)
+    asks: Sequence[str] = ()  # what became of the asks (tuner.report.asks.tally_lines)
 
 
 def png_data_uri(fig: Figure, *, dpi: int = 100) -> str:
@@ -91,11 +92,13 @@ def _trials_table(frame: pd.DataFrame, status: Sequence[str]) -> str:
 
 def _failures(frame: pd.DataFrame) -> str:
     if frame.empty:
-        return "<p>No trial failed or missed a constraint.</p>"
+        return "<p>No launch failed or missed a constraint.</p>"
     parts = []
     for rec in frame.to_dict("records"):
         title = f"trial {rec['trial']}: {rec['failure']}" + (f" ({rec['phase']})" if rec.get("phase") else "")
-        log = f"<p class='note'>server log: {_esc(rec['log_path'])}</p>" if rec.get("log_path") else ""
+        path = rec.get("log_path")
+        present = isinstance(path, str) and bool(path)  # pandas puts NaN (truthy) where a path is missing
+        log = f"<p class='note'>server log: {_esc(path)}</p>" if present else ""
         parts.append(
             f"<details open><summary><b>{_esc(title)}</b> — {_esc(rec['message'])}</summary>"
             f"<p class='note'>{_esc(rec['params'])}</p>{log}"
@@ -129,8 +132,9 @@ listed under the plot with their failure class, never drawn as values.</p>
 <p>{_esc(report.export_reason)}</p>
 <pre id="export">{_esc(report.export_text)}</pre>
 <h2>All trials</h2>
+{"".join(f"<p class='note asks'>{_esc(line)}</p>" for line in report.asks)}
 {_trials_table(report.trials, report.trial_status)}
-<h2>Failures, with the log lines that prove them</h2>
+<h2>Failed launches, with the log lines that prove them</h2>
 {_failures(report.failures)}
 <h2>Memory, history and latency</h2>
 {images}

@@ -127,15 +127,16 @@ _TABLE_FORMATS = {
 
 
 def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """The trials for people: status or failure class (never NaN), formatted numbers, - where missing."""
+    """The asks for people, forbidden ones left out (they are a count): what became of each (ok,
+    constraint missed, failed with its class, pruned with its rule, reused; `noisy` marked), never
+    NaN; formatted numbers, - where missing."""
     columns = [*dict.fromkeys([*metrics, *_TABLE_FORMATS])]
+    if "fate" in frame:
+        frame = frame[frame["fate"] != "forbidden"]
     out = pd.DataFrame(
         {
             "trial": frame["trial"],
-            "result": [
-                str(f) if _present(f) else str(st)
-                for f, st in zip(frame["failure"], frame["status"], strict=False)
-            ],
+            "result": [_result(rec) for rec in frame.to_dict("records")],
             "pareto": ["yes" if p else "" for p in frame["pareto"]],
             "knobs": frame["knobs"],
         }
@@ -144,3 +145,16 @@ def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
         if column in frame:
             out[_label(column)] = [_fmt(v, _TABLE_FORMATS.get(column, "{:,.1f}")) for v in frame[column]]
     return out.reset_index(drop=True)
+
+
+def _result(rec: Mapping[str, Any]) -> str:
+    fate = rec.get("fate")
+    if not _present(fate):
+        return str(rec["failure"]) if _present(rec.get("failure")) else str(rec["status"])
+    if fate == "failed" and _present(rec.get("failure")):
+        text = f"failed: {rec['failure']}"
+    elif fate == "reused" and _present(rec.get("reused_from")):
+        text = f"reused #{int(rec['reused_from'])}"
+    else:
+        text = str(fate)
+    return text + (" (noisy)" if _present(rec.get("noisy")) else "")

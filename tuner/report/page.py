@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tuner.errors import ProfileError
-from tuner.report.context import constraints_line, workload_line
+from tuner.report.asks import classify, tally, tally_lines
+from tuner.report.context import constraints_line, defines_slo, workload_line
 from tuner.report.detail import failures_frame, requests_frame
 from tuner.report.export import build_profile, select
 from tuner.report.frame import StudyData, trials_frame
@@ -56,7 +57,12 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
         if failure_list(frame)
         else "",
         trials=trials_table(frame, data.metric_names),
-        trial_status=[str(s) for s in frame.get("status", [])],
+        trial_status=[
+            str(s)
+            for s, f in zip(frame.get("status", []), frame.get("fate", []), strict=False)
+            if f != "forbidden"
+        ],
+        asks=tally_lines(tally(classify(data.trials, data.rows)), has_slo=defines_slo(data)),
         failures=failures_frame(data.rows),
         export_text=export_text,
         export_reason=reason,
