@@ -268,6 +268,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
+    from tuner.report.asks import classify, tally
+    from tuner.report.frame import load_study_data
     from tuner.store.connect import database_url
     from tuner.store.sql import SqlStore
 
@@ -275,8 +277,10 @@ def cmd_studies(args: argparse.Namespace) -> int:
     if args.show_space is not None:
         return _show_space(database_url(args.db), args.show_space)
     for name in store.studies():
-        rows = store.trials(name)
-        print(f"{name}\t{len(rows)} trials")
+        data = load_study_data(store.url, name)
+        counts = tally(classify(data.trials, data.rows))
+        repeats = sum(1 for r in data.rows if r.confirm_of is not None)
+        print(f"{name}\t{counts.asked} asks, {counts.launched} launches, {repeats} re-measurements")
     return 0
 
 

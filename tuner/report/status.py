@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from optuna.trial import TrialState
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tuner.errors import ReportError
 from tuner.metrics import METRICS
@@ -63,10 +65,10 @@ def _metric_columns(data: StudyData) -> dict[str, str]:
 
 
 def status_table(data: StudyData, front: Sequence[int], *, has_slo: bool = False) -> Table:
-    """One row per launch (and per reused or running ask): #, status, every metric, knobs, why.
+    """One row per launch (and per reused or running ask): #, status, every metric, knobs and why.
 
-    The number, status and metric columns never wrap or shrink; the knobs and the reason wrap, so
-    the table reads at any width from 80 columns up and when piped.
+    The number, status and metric columns never wrap or shrink; the knobs (with the reason on a
+    line of its own) wrap, so the table reads at any width from 80 columns up and when piped.
     """
     frame = trials_frame(data, front)
     asks = {a.number: a for a in classify(data.trials, data.rows)}
@@ -78,8 +80,7 @@ def status_table(data: StudyData, front: Sequence[int], *, has_slo: bool = False
     table.add_column("status", no_wrap=True)
     for header in metrics.values():
         table.add_column(header, justify="right", no_wrap=True)
-    table.add_column("knobs", overflow="fold", ratio=3, min_width=12)
-    table.add_column("why", overflow="fold", ratio=2, min_width=8)
+    table.add_column("knobs, and why", overflow="fold", min_width=12)  # the one column that wraps
     for rec in shown:
         number = int(rec["trial"])
         ask = asks.get(number)
@@ -91,10 +92,16 @@ def status_table(data: StudyData, front: Sequence[int], *, has_slo: bool = False
             f"{number}{'*' if rec['pareto'] else ''}",
             f"[{style}]{label}[/{style}]",
             *(_num(values.get(name)) for name in metrics),
-            str(rec["knobs"]),
-            spread or reused or (message.splitlines() or [""])[0][:160],
+            _knobs_and_why(str(rec["knobs"]), spread or reused or (message.splitlines() or [""])[0][:160]),
         )
     return table
+
+
+def _knobs_and_why(knobs: str, why: str) -> Text:
+    text = Text(knobs)
+    if why:
+        text.append("\n" + why, style="dim")
+    return text
 
 
 def _in_table(ask: Ask | None) -> bool:
@@ -118,7 +125,8 @@ def _status_label(ask: Ask | None, rec: dict[str, Any], has_slo: bool) -> tuple[
 
 def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, console: Any = None) -> None:
     """The launches table, what became of every ask, the pruned asks by rule, and the Pareto front."""
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ  # rich reads COLUMNS itself
+    console = console or Console(width=160 if piped else None)
     data = study_data(store, study_name, study)
     try:
         front = pareto_front(data)

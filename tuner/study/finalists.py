@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.learn import NOT_LAUNCHED
+from tuner.study.learn import told_without_launch
 
 STATE_ATTR = "finalists"  # study user attr: {trial number: repeats claimed}
 
@@ -42,7 +42,7 @@ def pick_finalists(trials: Sequence[FrozenTrial], directions: Sequence[str], cou
         for t in trials
         if t.state is TrialState.COMPLETE
         and t.user_attrs.get("feasible")
-        and not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)
+        and not told_without_launch(t.user_attrs)
         and t.values is not None
     ]
     if not feasible:

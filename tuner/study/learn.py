@@ -10,7 +10,7 @@ warm start.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -23,6 +23,12 @@ from tuner.space.loader import SearchSpace, config_from_params
 
 PRUNED = "pruned"  # user attr: the trial was told infeasible without a launch
 NOT_LAUNCHED = ("pruned", "dedup_of", "forbidden", "duplicate_running")
+
+
+def told_without_launch(attrs: Mapping[str, Any]) -> bool:
+    """The ask was told without a launch (pruned, forbidden, reused). Present-and-set, not truthy:
+    `dedup_of` names the reused trial, and trial 0 is falsy."""
+    return any(k in attrs and attrs[k] is not None and attrs[k] is not False for k in NOT_LAUNCHED)
 
 
 def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
@@ -45,7 +51,7 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
 def evidence_of(space: SearchSpace, trial: FrozenTrial) -> Evidence | None:
     """What a finished, launched trial proved; None for trials that launched nothing or say nothing."""
     attrs = trial.user_attrs
-    if trial.state is not TrialState.COMPLETE or any(attrs.get(k) for k in NOT_LAUNCHED):
+    if trial.state is not TrialState.COMPLETE or told_without_launch(attrs):
         return None
     try:
         outcome = Outcome(attrs.get("failure") or attrs.get("outcome") or "ok")
@@ -106,7 +112,7 @@ def measured_before(trials: Iterable[FrozenTrial], chash: str, *, exclude: int) 
             t.state is TrialState.COMPLETE
             and t.number != exclude
             and attrs.get("cfg_hash") == chash
-            and not any(attrs.get(k) for k in NOT_LAUNCHED)
+            and not told_without_launch(attrs)
         ):
             return t
     return None

@@ -40,7 +40,7 @@ from tuner.study.backoff import InfraBackoff
 from tuner.study.claims import claim_launch
 from tuner.study.durable import finish_recorded, store_guard
 from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
-from tuner.study.learn import NOT_LAUNCHED, measured_before, policy_for, sampler_seed, study_evidence
+from tuner.study.learn import measured_before, policy_for, sampler_seed, study_evidence, told_without_launch
 from tuner.study.storage import Heartbeat, ask_lock, make_sampler, open_study, record_heartbeat, worker_lock
 from tuner.study.tell import Teller
 from tuner.study.warm import WarmStart
@@ -150,7 +150,7 @@ class StudyRunner:
     def _counts(self) -> tuple[int, int]:
         """Launches finished (finalist repeats included) and running, as the budget counts them."""
         trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        launched = [t for t in trials if not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)]
+        launched = [t for t in trials if not told_without_launch(t.user_attrs)]
         done = sum(1 for t in launched if t.state is TrialState.COMPLETE)
         state = self.study.user_attrs.get(finalists.STATE_ATTR) or {}
         return done + finalists.claimed(state), len(launched) - done

@@ -23,7 +23,7 @@ from tuner.session import render_launch
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.space.sampling import joined_params
 from tuner.store.connect import mask_url, optuna_storage_kwargs
-from tuner.study.learn import NOT_LAUNCHED, study_evidence
+from tuner.study.learn import study_evidence, told_without_launch
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class WarmStart:
             attrs = t.user_attrs
             if t.state is not TrialState.COMPLETE or not attrs.get("feasible"):
                 continue
-            if any(attrs.get(k) for k in NOT_LAUNCHED):
+            if told_without_launch(attrs):
                 continue
             try:
                 config = config_from_params(space, t.params)
