@@ -61,7 +61,7 @@ def _trial(
 
 
 def _study() -> StudyData:
-    """Launches (ok, noisy ok, oom, constraint missed), pruned asks by rule and memory model, forbidden, reused."""
+    """Launches (ok, noisy ok, oom, constraint missed); asks pruned by rule, by memory, forbidden, reused."""
     rows = [
         make_row(0, tput=1234.5, kv=2_000_000, mem=0.6),
         make_row(1, tput=987.6, kv=3_100_000, mem=0.85, graph="max:16"),
