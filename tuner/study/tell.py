@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult, Verdict
@@ -88,6 +90,7 @@ class Teller:
             return verdict
         for key, value in verdict.constraints.items():
             trial.set_constraint(key, value)
+        self._dashboard_constraints(trial, verdict.constraints)
         mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
         self._record(trial.number, result, params, chash, verdict)
         self.study.tell(trial, list(verdict.values))
@@ -126,6 +129,7 @@ class Teller:
         for key, value in verdict.constraints.items():
             trial.set_user_attr(f"c_{key}", value)
             trial.set_constraint(key, value)
+        self._dashboard_constraints(trial, verdict.constraints)
         mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
         self._record(trial.number, result, params, chash, verdict)
         self.study.tell(trial, list(verdict.values))
@@ -133,13 +137,23 @@ class Teller:
 
     def reused(self, trial: optuna.Trial, prior: FrozenTrial) -> None:
         """Tell a trial whose effective launch was already measured with that measurement."""
-        for key, value in prior.constraints.items():
+        named = {k: v for k, v in prior.constraints.items() if not k.isdigit()}  # not the dashboard's list
+        for key, value in named.items():
             trial.set_constraint(key, value)
+        self._dashboard_constraints(trial, named)
         for key in ("state", "outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
             if key in prior.user_attrs:
                 trial.set_user_attr(key, prior.user_attrs[key])
         trial.set_user_attr("dedup_of", prior.number)
         self.study.tell(trial, list(prior.values))
+
+    def _dashboard_constraints(self, trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
+        """The constraints again as Optuna's older list attribute: optuna-dashboard (0.21) reads only
+        that one to grey infeasible trials and keep them off its Pareto front. Optuna reads the list
+        back as extra keys "0", "1", ... of `FrozenTrial.constraints`, with the same feasibility."""
+        if constraints:
+            values = [float(v) for v in constraints.values()]
+            self.study._storage.set_trial_system_attr(trial._trial_id, _CONSTRAINTS_KEY, values)
 
     def _record(
         self, number: int | None, result: TrialResult, params: dict[str, Any], chash: str, verdict: Verdict
