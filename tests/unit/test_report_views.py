@@ -59,7 +59,7 @@ def test_failures_never_sit_on_a_measurement_axis() -> None:
     ax = fig.axes[0]
     plotted = sum(len(c.get_offsets()) for c in ax.collections)
     assert plotted == 2 + 2  # two measured trials, two rings of the front; no failure point
-    assert any("failed: #2 oom, #3 nan" in t.get_text() for t in ax.texts)
+    assert any("failed: #2 oom, #3 nan" in t.get_text() for t in fig.texts)
     assert any(t.get_text() == "workload: x" for t in fig.texts)
     history = history_plot(frame)
     strip = history.axes[-1]

@@ -231,7 +231,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tuner.report.detail import failures_frame, param_importances, requests_frame
     from tuner.report.frame import load_study_data, trials_frame
     from tuner.report.pareto import front_frame, pareto_front
-    from tuner.report.plots import history_plot, latency_plot, metric_vs_param_plot, pareto_plot, save_png
+    from tuner.report.plots import (
+        history_plot,
+        latency_plot,
+        metric_vs_param_plot,
+        pareto_plot,
+        per_gpu_per_user_plot,
+        save_png,
+    )
     from tuner.store.connect import database_url
     from tuner.store.sql import SqlStore
 
@@ -261,6 +268,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     importances.table.to_csv(out / "importances.csv")
     save_png(pareto_plot(frame, title=f"{data.name}: Pareto front", context=context), out / "pareto.png")
     save_png(history_plot(frame, context=context), out / "history.png")
+    save_png(per_gpu_per_user_plot(frame, context=context), out / "per_gpu_per_user.png")
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
         save_png(metric_vs_param_plot(frame, context=context), out / "mem_fraction.png")
@@ -268,6 +276,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:
-        save_png(latency_plot(requests), out / "latency.png")
+        save_png(latency_plot(requests, context=context), out / "latency.png")
     print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
     return 0

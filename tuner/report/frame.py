@@ -29,7 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError
-from tuner.metrics import METRICS
+from tuner.metrics import METRICS, derived_values
 from tuner.report.asks import classify, classify_trial
 from tuner.store.codec import finite
 from tuner.store.connect import mask_url, optuna_storage_kwargs
@@ -158,6 +158,7 @@ def measurements(row: StoredTrial) -> dict[str, float | None]:
         out[name] = finite(row.metrics.get(name)) if row.metrics else None
     out["kv_tokens"] = finite(row.kv_tokens)
     out["min_free_vram_mib"] = finite(row.min_free_mib)
+    out.update(derived_values(out, len(row.gpus)))
     return out
 
 

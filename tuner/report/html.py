@@ -57,7 +57,7 @@ class HtmlReport:
 def png_data_uri(fig: Figure, *, dpi: int = 100) -> str:
     """A matplotlib figure as an inline PNG data URI."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 

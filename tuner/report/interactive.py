@@ -12,7 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.report.plots import COLOURS, _axes_metrics, _label, failure_list
+from tuner.report.figure import COLOURS, axes_metrics, failure_list
+from tuner.report.figure import label as _label
 
 __all__ = ["hover_text", "pareto_plotly"]
 
@@ -55,7 +56,7 @@ def pareto_plotly(
         import plotly.graph_objects as go
     except ImportError:
         return None
-    x, y = _axes_metrics(frame, metrics)
+    x, y = axes_metrics(frame, metrics)
     fig = go.Figure()
     for status in ("infeasible", "feasible"):
         part = frame[frame["status"] == status]

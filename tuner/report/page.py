@@ -11,7 +11,13 @@ from tuner.report.frame import StudyData, trials_frame
 from tuner.report.html import HtmlReport, png_data_uri, render_html
 from tuner.report.interactive import pareto_plotly, trials_table
 from tuner.report.pareto import pareto_front
-from tuner.report.plots import failure_list, history_plot, latency_plot, metric_vs_param_plot
+from tuner.report.plots import (
+    failure_list,
+    history_plot,
+    latency_plot,
+    metric_vs_param_plot,
+    per_gpu_per_user_plot,
+)
 from tuner.report.profile import render_sh
 from tuner.sglang.options import OptionTable, builtin_table
 from tuner.store.sql import SqlStore
@@ -36,12 +42,23 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
         )
     if not frame.empty:
         images.append(("optimisation history", png_data_uri(history_plot(frame, context=context))))
+        images.append(
+            (
+                "output throughput per GPU against per user",
+                png_data_uri(per_gpu_per_user_plot(frame, context=context)),
+            )
+        )
     rows = list({r.id: r for n in front if (r := data.row_of(n)) is not None}.values())
     if rows:
         with SqlStore(data.url) as store:
             requests = requests_frame(store, rows)
         if not requests.empty:
-            images.append(("TTFT and TPOT of the Pareto-front trials", png_data_uri(latency_plot(requests))))
+            images.append(
+                (
+                    "TTFT and TPOT of the Pareto-front trials",
+                    png_data_uri(latency_plot(requests, context=context)),
+                )
+            )
     try:
         choice = select(data)
         profile = build_profile(data, choice)
