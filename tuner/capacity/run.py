@@ -21,6 +21,7 @@ from tuner.bench.settings import BenchSettings, LoadPoint
 from tuner.bench.types import BenchResult
 from tuner.capacity.search import Knob, Measurement, Search, SearchPlan
 from tuner.capacity.table import CapacityRecord, save
+from tuner.config import Failure, Outcome, TrialConfig
 from tuner.errors import ConfigError, ProfileError
 from tuner.interrupts import INTERRUPTS
 from tuner.metrics import bench_values
@@ -35,6 +36,7 @@ from tuner.trial import run_trial
 log = logging.getLogger(__name__)
 
 OnPoint = Callable[[Measurement, bool], None]
+MAX_LAUNCHES = 3  # launches per capacity run: the first, and one after each death under load
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,6 +109,7 @@ class _CapacityStage:
         self.prompts = prompts
         self.on_point = on_point
         self.results: list[tuple[float, BenchResult]] = []
+        self.died_at: float | None = None  # the load under which the server died
 
     def __call__(self, base_url: str, settings: BenchSettings, **kw: Any) -> BenchResult:
         died: threading.Event | None = kw.get("server_died")
@@ -117,6 +120,7 @@ class _CapacityStage:
             self.results.append((load, result))
             metrics = result.objective_metrics
             if metrics is None or result.crashed or (died is not None and died.is_set()):
+                self.died_at = load
                 break
             m = Measurement(
                 load=load, values=bench_values(metrics), completed=metrics.completed, failed=metrics.failed
@@ -143,6 +147,48 @@ class _CapacityStage:
             starved=any(r.starved for r in runs),
             duration_s=sum(r.duration_s for r in runs),
         )
+
+
+def _search_launches(
+    space: SearchSpace,
+    config: TrialConfig,
+    row: StoredTrial,
+    search: Search,
+    request: CapacityRequest,
+    label: str,
+    on_point: OnPoint | None,
+    study: str,
+) -> Failure | None:
+    """Launch and search; a server that dies under a load marks that load failed and is launched
+    again (up to MAX_LAUNCHES) to go on below it. The failure that ended the search, if any."""
+    failure: Failure | None = None
+    with trial_session(space) as ctx:
+        for attempt in range(1, MAX_LAUNCHES + 1):
+            prepared = prepare_launch(config, ctx, label=f"{label}-{attempt}")
+            if key_of(prepared) != row.config_hash:
+                raise ProfileError(
+                    f"trial {row.trial_number} of study {study!r}: {space.path} now renders a different "
+                    f"launch (config hash {key_of(prepared)}, recorded {row.config_hash}); expected the "
+                    "study's space file and SGLang version"
+                )
+            stage = _CapacityStage(ctx, search, request.prompts, on_point)
+            result = run_trial(
+                config, replace(ctx, bench=stage), label=f"{label}-{attempt}", prepared=prepared
+            )
+            failure = result.failure
+            if failure is None or stage.died_at is None or result.outcome is Outcome.INTERRUPTED:
+                break
+            died = Measurement(
+                load=stage.died_at, values={}, completed=0, failed=0, died=failure.outcome.value
+            )
+            search.record(died)
+            if on_point is not None:
+                on_point(died, False)
+            log.warning("the server died under %g: launching it again to search below", stage.died_at)
+            failure = None
+            if search.next_load() is None:
+                break
+    return failure
 
 
 def _choose(data: StudyData, trial: int | None) -> StoredTrial:
@@ -174,17 +220,7 @@ def capacity(
     )
     search = Search(plan=plan)
     label = f"capacity-{number if number is not None else row.id:04d}"
-    with trial_session(space) as ctx:
-        prepared = prepare_launch(config, ctx, label=label)
-        if key_of(prepared) != row.config_hash:
-            raise ProfileError(
-                f"trial {number} of study {data.name!r}: {space.path} now renders a different launch "
-                f"(config hash {key_of(prepared)}, recorded {row.config_hash}); expected the study's space "
-                "file and SGLang version"
-            )
-        stage = _CapacityStage(ctx, search, request.prompts, on_point)
-        result = run_trial(config, replace(ctx, bench=stage), label=label, prepared=prepared)
-    failure = result.failure
+    failure = _search_launches(space, config, row, search, request, label, on_point, data.name)
     verdicts = search.verdicts()
     points = tuple(
         {"load": v.load, "passed": v.passed, "runs": v.runs, "medians": dict(v.medians), "why": v.why}

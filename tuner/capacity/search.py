@@ -42,6 +42,7 @@ class Measurement:
     values: Mapping[str, float | None]
     completed: int
     failed: int
+    died: str | None = None  # the server died under this load (its failure class)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,10 +96,13 @@ def judge_point(load: float, runs: Sequence[Measurement], slos: Sequence[Slo]) -
         medians[slo.metric] = statistics.median(values) if values else None
     missed = [f"{s.metric}={_show(medians[s.metric])} (want {s.op} {s.bound:g})" for s in slos
               if s.violation(medians[s.metric]) > 0]  # fmt: skip
+    deaths = sorted({r.died for r in runs if r.died})
+    if deaths:
+        missed.append(f"the server died under this load ({', '.join(deaths)})")
     failed = sum(r.failed for r in runs)
     if failed:
         missed.append(f"{failed} failed requests")
-    if not any(r.completed for r in runs):
+    if not any(r.completed for r in runs) and not deaths:
         missed.append("no request completed")
     return PointVerdict(load=load, passed=not missed, runs=len(runs), medians=medians, why="; ".join(missed))
 
@@ -147,8 +151,9 @@ class Search:
             up = plan.clamp(lo * 2)
             return None if up <= lo else up
         for load in (hi, lo):  # near the boundary, each side is measured `repeats` times
-            if plan.near(lo, hi) and len(self.runs[load]) < plan.repeats:
-                return load
+            runs = self.runs[load]
+            if plan.near(lo, hi) and len(runs) < plan.repeats and not any(r.died for r in runs):
+                return load  # (a server that died under a load has answered for it)
         if plan.done(lo, hi):
             return None
         return plan.between(lo, hi)
