@@ -87,14 +87,15 @@ def start_load(knob: Knob, row: StoredTrial, given: float | None) -> float:
 
 
 def point_settings(bench: BenchSettings, knob: Knob, load: float, prompts: int | None) -> BenchSettings:
-    """The study's benchmark at one load point: an offered rate (open loop) or a concurrency."""
+    """The study's benchmark at one load point: an offered rate (at most the study's concurrency in
+    flight) or a concurrency."""
     if knob is Knob.CONCURRENCY:
         conc = int(load)
         point = LoadPoint(concurrency=conc, num_prompts=prompts or max(32, 5 * conc))
-    else:
-        point = LoadPoint(
-            concurrency=None, request_rate=load, num_prompts=prompts or max(32, math.ceil(12 * load))
-        )
+    else:  # in flight at most what the study measured with, as a deployment caps it
+        cap = bench.load_points[bench.objective_point].concurrency
+        prompts = prompts or max(32, math.ceil(12 * load))
+        point = LoadPoint(concurrency=cap, request_rate=load, num_prompts=prompts)
     return bench.model_copy(update={"load_points": (point,), "objective_point": 0})
 
 

@@ -228,7 +228,7 @@ def _as_choice(row: Any) -> Any:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from tuner.report.context import context_line
-    from tuner.report.detail import failures_frame, param_importances, requests_frame
+    from tuner.report.detail import capacity_frame, failures_frame, param_importances, requests_frame
     from tuner.report.frame import load_study_data, trials_frame
     from tuner.report.pareto import front_frame, pareto_front
     from tuner.report.plots import (
@@ -262,6 +262,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     frame.to_csv(out / "trials.csv", index=False)
     front_frame(data, front).to_csv(out / "front.csv", index=False)
     failures_frame(data.rows).to_csv(out / "failures.csv", index=False)
+    if data.capacity:
+        capacity_frame(data.capacity).to_csv(out / "capacity.csv", index=False)
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)

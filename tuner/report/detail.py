@@ -15,6 +15,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.capacity.table import CapacityRecord
 from tuner.config import Outcome
 from tuner.report.frame import EXCERPT_LINES, compact_params, failure_class
 from tuner.store.rows import StoredTrial
@@ -22,6 +23,7 @@ from tuner.store.sql import SqlStore
 
 __all__ = [
     "MIN_IMPORTANCE_TRIALS",
+    "capacity_frame",
     "Importances",
     "failures_by_class",
     "failures_frame",
@@ -81,6 +83,31 @@ def failures_frame(rows: Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -
         "log_path",
     ]
     return pd.DataFrame.from_records(records, columns=columns)
+
+
+def capacity_frame(records: Sequence[CapacityRecord]) -> pd.DataFrame:
+    """One row per load measured by `tuner capacity`: the trial, the SLOs, the load, pass or fail, why."""
+    out = []
+    for r in records:
+        for p in r.points:
+            medians = p.get("medians") or {}
+            out.append(
+                {
+                    "trial": r.trial_number,
+                    "row_id": r.row_id,
+                    "knob": r.knob,
+                    "slos": "; ".join(r.slos),
+                    "capacity": r.capacity,
+                    "load": p.get("load"),
+                    "passed": p.get("passed"),
+                    "runs": p.get("runs"),
+                    **{f"median_{k}": v for k, v in medians.items()},
+                    "why": p.get("why"),
+                    "outcome": r.outcome,
+                    "measured_at": r.created_at,
+                }
+            )
+    return pd.DataFrame.from_records(out)
 
 
 # -------------------------------------------------------------------------------- importances

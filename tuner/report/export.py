@@ -273,8 +273,17 @@ def build_profile(data: StudyData, choice: Choice, *, now: datetime | None = Non
         n_confirm=len(repeats),
         failed_confirms=tuple(r.outcome.value for r in repeats if not r.outcome.measured),
         reason=choice.reason,
-        context=study_context(data, number),
+        context=(*study_context(data, number), *_capacity_context(data, row.id)),
     )
+
+
+def _capacity_context(data: StudyData, row_id: int) -> tuple[str, ...]:
+    """The latest `tuner capacity` result of the exported trial, with every load it measured."""
+    record = data.capacity_of(row_id)
+    if record is None:
+        return ()
+    loads = ", ".join(f"{p['load']:g} {'pass' if p['passed'] else 'fail'}" for p in record.points)
+    return (f"capacity under SLO: {record.line()}; loads: {loads}",)
 
 
 def study_context(data: StudyData, chosen: int | None) -> tuple[str, ...]:

@@ -27,6 +27,8 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.capacity.table import CapacityRecord, latest_by_row
+from tuner.capacity.table import load as load_capacity
 from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError
 from tuner.metrics import METRICS, derived_values
@@ -62,6 +64,11 @@ class StudyData:
     directions: tuple[str, ...] = ("maximize", "maximize")
     best_numbers: tuple[int, ...] | None = None  # Optuna's best_trials; None without an Optuna study
     space_text: str | None = None  # the space file stored with the study (workload, constraints)
+    capacity: tuple[CapacityRecord, ...] = ()  # `tuner capacity` runs of its trials, oldest first
+
+    def capacity_of(self, row_id: int) -> CapacityRecord | None:
+        """The latest capacity run of the trial row `row_id`."""
+        return latest_by_row(self.capacity).get(row_id)
 
     def row_of(self, number: int) -> StoredTrial | None:
         """The recorded measurement of Optuna trial `number` (a reused result maps to its original)."""
@@ -126,6 +133,7 @@ def load_study_data(url: str, study: str | None = None, *, preferred: str | None
         directions=directions,
         best_numbers=best,
         space_text=space_text if isinstance(space_text := loaded.user_attrs.get("space_text"), str) else None,
+        capacity=load_capacity(url, name),
     )
 
 
@@ -254,6 +262,7 @@ _TAIL_COLUMNS = (
     "duration_s",
     "failure_message",
     "log_path",
+    "capacity",
 )
 
 
@@ -313,6 +322,7 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
                 "duration_s": (row.finished_at - row.started_at).total_seconds() if row else None,
                 "failure_message": row.failure_message if row else None,
                 "log_path": row.log_path if row else None,
+                "capacity": _capacity(data, row),
             }
         )
         records.append(rec)
@@ -323,6 +333,13 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     frame.attrs["metric_names"] = list(data.metric_names)
     frame.attrs["directions"] = list(data.directions)
     return frame
+
+
+def _capacity(data: StudyData, row: StoredTrial | None) -> str | None:
+    found = data.capacity_of(row.id) if row is not None else None
+    if found is None or found.capacity is None:
+        return None
+    return f"{found.capacity:g} {found.unit} within {', '.join(found.slos)}"
 
 
 def _param_names(data: StudyData) -> list[str]:

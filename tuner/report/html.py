@@ -52,6 +52,7 @@ class HtmlReport:
     export_reason: str
     images: Sequence[tuple[str, str]]  # (caption, data URI)
     asks: Sequence[str] = ()  # what became of the asks (tuner.report.asks.tally_lines)
+    capacity: Sequence[str] = ()  # `tuner capacity` results, one line per trial
 
 
 def png_data_uri(fig: Figure, *, dpi: int = 100) -> str:
@@ -108,6 +109,13 @@ def _failures(frame: pd.DataFrame) -> str:
     return "".join(parts)
 
 
+def _capacity(lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    items = "".join(f"<li>{_esc(line)}</li>" for line in lines)
+    return f"<h2>Capacity under SLO</h2><ul id='capacity'>{items}</ul>"
+
+
 def render_html(report: HtmlReport, *, plotly_source: str | None = None) -> str:
     """The whole page; `plotly_source` is inlined in a script tag (default: the installed plotly.min.js)."""
     js = plotly_source if plotly_source is not None else plotly_js()
@@ -128,6 +136,7 @@ def render_html(report: HtmlReport, *, plotly_source: str | None = None) -> str:
 listed under the plot with their failure class, never drawn as values.</p>
 <div id="front">{report.front_html}</div>
 <p class="failed-list">{_esc(report.front_note)}</p>
+{_capacity(report.capacity)}
 <h2>Recommended launch</h2>
 <p>{_esc(report.export_reason)}</p>
 <pre id="export">{_esc(report.export_text)}</pre>

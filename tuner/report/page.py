@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tuner.capacity.table import latest_by_row
 from tuner.errors import ProfileError
 from tuner.report.asks import classify, tally, tally_lines
 from tuner.report.context import constraints_line, defines_slo, workload_line
@@ -79,6 +80,7 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
             for s, f in zip(frame.get("status", []), frame.get("fate", []), strict=False)
             if f != "forbidden"
         ],
+        capacity=[record.line() for record in latest_by_row(data.capacity).values()],
         asks=tally_lines(tally(classify(data.trials, data.rows)), has_slo=defines_slo(data)),
         failures=failures_frame(data.rows),
         export_text=export_text,

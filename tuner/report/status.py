@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tuner.capacity.table import latest_by_row
+from tuner.capacity.table import load as load_capacity
 from tuner.errors import ReportError
 from tuner.metrics import METRICS
 from tuner.report.asks import Ask, Fate, classify, tally, tally_lines
@@ -47,6 +49,7 @@ def study_data(store: SqlStore, study_name: str, study: optuna.Study | None) -> 
         directions=directions,
         best_numbers=best,
         space_text=text if isinstance(text := study.user_attrs.get("space_text"), str) else None,
+        capacity=load_capacity(store.url, study_name),
     )
 
 
@@ -148,6 +151,8 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
         if ask.noisy and ask.fate.measured:
             console.print(f"[dim]{NOISY_MARK} #{ask.number}: {ask.noisy}[/dim]")
     console.print(f"Pareto front (* above) over {', '.join(data.metric_names)}: trials {list(front) or '-'}")
+    for line in capacity_lines(data):
+        console.print(line)
     for line in running_lines(data):
         console.print(line)
     search = search_summary(data)
@@ -170,6 +175,12 @@ def pruned_lines(asks: Sequence[Ask], limit: int = 12) -> list[str]:
         )
         lines.append(f"  pruned by {rule.replace('_', ' ')} ({len(numbers)}): {shown}")
     return lines
+
+
+def capacity_lines(data: StudyData) -> list[str]:
+    """`capacity under SLO: #13: 10.4 req/s within ttft_p99_ms<=2000 (...)`, the latest run per trial."""
+    latest = latest_by_row(data.capacity)
+    return [f"capacity under SLO: {record.line()}" for record in latest.values()]
 
 
 def running_lines(data: StudyData, now: datetime | None = None) -> list[str]:
