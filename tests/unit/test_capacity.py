@@ -62,8 +62,8 @@ def test_near_the_boundary_the_median_of_repeats_decides_not_one_lucky_run() -> 
 def test_failed_requests_a_death_or_a_missing_metric_fail_a_point() -> None:
     ok = Measurement(load=1.0, values={"ttft_p99_ms": 10.0}, completed=10, failed=0)
     assert judge_point(1.0, [ok], [TTFT]).passed
-    assert "2 failed requests" in judge_point(1.0, [ok, Measurement(load=1.0, values={"ttft_p99_ms": 10.0},
-                                                                     completed=8, failed=2)], [TTFT]).why  # fmt: skip
+    lossy = Measurement(load=1.0, values={"ttft_p99_ms": 10.0}, completed=8, failed=2)
+    assert "2 failed requests" in judge_point(1.0, [ok, lossy], [TTFT]).why
     died = Measurement(load=9.0, values={}, completed=0, failed=0, died="oom")
     verdict = judge_point(9.0, [died], [TTFT])
     assert not verdict.passed and "died under this load (oom)" in verdict.why
