@@ -107,3 +107,26 @@ def test_a_missing_sqlite_file_is_an_error_not_a_new_database(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="does not exist"):
         load_study_data(f"sqlite:///{tmp_path}/nope.db")
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_a_table_for_people_has_formatted_numbers_and_no_empty_column() -> None:
+    import pandas as pd
+
+    from tuner.report.interactive import formatted
+
+    table = pd.DataFrame(
+        {
+            "trial": [0, 12],
+            "output_throughput": [171.804512, 149.812893],
+            "kv_tokens": [369211.0, None],
+            "sparse_backends": [None, None],
+            "mem-fraction-static": [0.85, 0.9],
+        }
+    )
+    shown = formatted(table)
+    assert list(shown.columns) == ["trial", "output_throughput", "kv_tokens", "mem-fraction-static"]
+    assert list(shown["output_throughput"]) == ["171.8", "149.8"]
+    assert list(shown["kv_tokens"]) == ["369,211", "-"] and list(shown["mem-fraction-static"]) == [
+        "0.85",
+        "0.90",
+    ]

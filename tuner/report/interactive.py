@@ -15,7 +15,7 @@ import pandas as pd
 from tuner.report.figure import COLOURS, axes_metrics, failure_list
 from tuner.report.figure import label as _label
 
-__all__ = ["hover_text", "pareto_plotly"]
+__all__ = ["formatted", "hover_text", "pareto_plotly", "trials_table"]
 
 
 def _fmt(value: Any, fmt: str = "{:,.1f}") -> str:
@@ -145,6 +145,22 @@ def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     for column in columns:
         if column in frame:
             out[_label(column)] = [_fmt(v, _TABLE_FORMATS.get(column, "{:,.1f}")) for v in frame[column]]
+    return out.reset_index(drop=True)
+
+
+def formatted(table: pd.DataFrame) -> pd.DataFrame:
+    """A table for people: columns with no value at all left out, numbers formatted by metric
+    (thousands separated, sensible decimals), - where missing. For display; CSV keeps raw values."""
+    keep = [c for c in table.columns if table[c].map(_present).any()]
+    out = table[keep].copy()
+    for column in keep:
+        values = out[column]
+        if column in ("trial", "n_confirm") or not any(isinstance(v, float) for v in values):
+            out[column] = [v if _present(v) else "-" for v in values]
+            continue
+        small = pd.to_numeric(values, errors="coerce").abs().max() < 10
+        fmt = _TABLE_FORMATS.get(str(column), "{:,.2f}" if small else "{:,.1f}")
+        out[column] = [_fmt(v, fmt) for v in values]
     return out.reset_index(drop=True)
 
 
