@@ -72,3 +72,12 @@ def test_failed_requests_a_death_or_a_missing_metric_fail_a_point() -> None:
     search.record(Measurement(load=8.5, values={}, completed=0, failed=0, died="oom"))
     assert search.bracket() == (8.0, 8.5)
     assert search.next_load() == 8.0  # near: the passing side is repeated; the death is not
+
+
+def test_an_offered_rate_the_server_does_not_keep_up_with_is_not_sustained() -> None:
+    fast_ttft = {"ttft_p99_ms": 50.0}  # the client's queue hides the overload from TTFT
+    kept_up = Measurement(load=10.0, values={**fast_ttft, "request_throughput": 9.6}, completed=120, failed=0)
+    behind = Measurement(load=20.0, values={**fast_ttft, "request_throughput": 12.0}, completed=240, failed=0)
+    assert judge_point(10.0, [kept_up], [TTFT], Knob.REQUEST_RATE).passed
+    verdict = judge_point(20.0, [behind], [TTFT], Knob.REQUEST_RATE)
+    assert not verdict.passed and "served 12.00 req/s of 20 offered" in verdict.why

@@ -36,6 +36,7 @@ from tuner.trial import run_trial
 log = logging.getLogger(__name__)
 
 OnPoint = Callable[[Measurement, bool], None]
+MAX_PROMPTS = 1000  # requests per load point at most (about 12 s of offered load below ~80 req/s)
 MAX_LAUNCHES = 3  # launches per capacity run: the first, and one after each death under load
 
 
@@ -94,7 +95,7 @@ def point_settings(bench: BenchSettings, knob: Knob, load: float, prompts: int |
         point = LoadPoint(concurrency=conc, num_prompts=prompts or max(32, 5 * conc))
     else:  # in flight at most what the study measured with, as a deployment caps it
         cap = bench.load_points[bench.objective_point].concurrency
-        prompts = prompts or max(32, math.ceil(12 * load))
+        prompts = prompts or min(MAX_PROMPTS, max(32, math.ceil(12 * load)))
         point = LoadPoint(concurrency=cap, request_rate=load, num_prompts=prompts)
     return bench.model_copy(update={"load_points": (point,), "objective_point": 0})
 
@@ -241,3 +242,29 @@ def capacity(
     )
     save(db_url, record)
     return record
+
+
+def finalists_capacity(
+    space: SearchSpace, *, db_url: str, study: str, on_point: OnPoint | None = None
+) -> list[CapacityRecord]:
+    """`search.finalists.capacity`: the capacity of each finalist the study re-measured (else of the
+    --best choice) under the space's SLOs; a finalist already measured for this launch is skipped."""
+    import optuna
+
+    from tuner.study.finalists import STATE_ATTR
+    from tuner.study.storage import make_storage
+
+    slos = slos_for(space, ())
+    data = load_study_data(db_url, study)
+    loaded = optuna.load_study(study_name=data.name, storage=make_storage(db_url))
+    claimed = loaded.user_attrs.get(STATE_ATTR) or {}
+    numbers: list[int | None] = [int(n) for n in claimed] or [None]
+    done = []
+    for number in numbers:
+        row = _choose(data, number)
+        known = data.capacity_of(row.id)
+        if known is not None and known.config_hash == row.config_hash and known.outcome == "ok":
+            continue
+        request = CapacityRequest(trial=number, slos=slos)
+        done.append(capacity(space, request, db_url=db_url, study=data.name, on_point=on_point))
+    return done

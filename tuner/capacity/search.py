@@ -88,14 +88,24 @@ class SearchPlan:
         return float(max(1, round(load))) if self.knob is Knob.CONCURRENCY else round(load, 3)
 
 
-def judge_point(load: float, runs: Sequence[Measurement], slos: Sequence[Slo]) -> PointVerdict:
-    """Pass when every request of every run completed and each SLO holds on the median of its runs."""
+SUSTAINED = 0.9  # an offered rate is sustained when at least this share of it was served
+
+
+def judge_point(
+    load: float, runs: Sequence[Measurement], slos: Sequence[Slo], knob: Knob = Knob.CONCURRENCY
+) -> PointVerdict:
+    """Pass when every request of every run completed, each SLO holds on the median of its runs,
+    and (for a request rate) the server kept up: it served at least 90% of the offered rate."""
     medians: dict[str, float | None] = {}
     for slo in slos:
         values = [v for r in runs if (v := r.values.get(slo.metric)) is not None]
         medians[slo.metric] = statistics.median(values) if values else None
     missed = [f"{s.metric}={_show(medians[s.metric])} (want {s.op} {s.bound:g})" for s in slos
               if s.violation(medians[s.metric]) > 0]  # fmt: skip
+    if knob is Knob.REQUEST_RATE:
+        served = [v for r in runs if (v := r.values.get("request_throughput")) is not None]
+        if served and statistics.median(served) < SUSTAINED * load:
+            missed.append(f"served {statistics.median(served):,.2f} req/s of {load:g} offered")
     deaths = sorted({r.died for r in runs if r.died})
     if deaths:
         missed.append(f"the server died under this load ({', '.join(deaths)})")
@@ -122,7 +132,10 @@ class Search:
         self.runs.setdefault(measurement.load, []).append(measurement)
 
     def verdicts(self) -> dict[float, PointVerdict]:
-        return {load: judge_point(load, runs, self.plan.slos) for load, runs in sorted(self.runs.items())}
+        plan = self.plan
+        return {
+            load: judge_point(load, runs, plan.slos, plan.knob) for load, runs in sorted(self.runs.items())
+        }
 
     def bracket(self) -> tuple[float | None, float | None]:
         """The highest passing load below the lowest failing one, and that failing load."""

@@ -99,6 +99,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     url = database_url(args.db)
     space, study_name = _space_to_run(args, url)
+    if space.search.finalists.capacity:
+        from tuner.capacity.run import slos_for
+
+        slos_for(space, ())  # refused before the study starts when the space has no SLO to measure under
     sets = args.parallel if args.parallel is not None else space.budget.parallel
     if sets < 1:
         raise ConfigError(f"--parallel: expected at least 1 (got {sets})")
@@ -154,6 +158,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if summary.exhausted:
         print(f"search stopped early: {summary.exhausted}")
+    if space.search.finalists.capacity and not summary.interrupted:
+        from tuner.capacity.run import finalists_capacity
+
+        for record in finalists_capacity(space, db_url=url, study=summary.study_name):
+            print(f"capacity {record.line()}")
     from tuner.report.status import print_status
 
     print_status(runner.store, summary.study_name, runner.study)
