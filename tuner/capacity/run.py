@@ -119,6 +119,8 @@ class _CapacityStage:
             result = self.inner(
                 base_url, point_settings(settings, self.search.plan.knob, load, self.prompts), **kw
             )
+            if INTERRUPTS.requested:
+                break  # a run cut short by a stop says nothing about this load
             self.results.append((load, result))
             metrics = result.objective_metrics
             if metrics is None or result.crashed or (died is not None and died.is_set()):
@@ -240,7 +242,8 @@ def capacity(
         outcome="ok" if failure is None else failure.outcome.value,
         message=None if failure is None else failure.message[:500],
     )
-    save(db_url, record)
+    if record.outcome != Outcome.INTERRUPTED.value:
+        save(db_url, record)  # an interrupted search is not a result
     return record
 
 
