@@ -61,6 +61,8 @@ class CapacityRecord:
         who = f"#{self.trial_number}" if self.trial_number is not None else f"row {self.row_id}"
         runs = sum(int(p.get("runs", 1)) for p in self.points)
         found = f"{self.capacity:g} {self.unit}" if self.capacity is not None else "no load met the SLOs"
+        if self.capacity is not None and all(p.get("passed") for p in self.points):
+            found = f"at least {found} (no load measured failed)"
         if self.outcome != "ok":
             found = f"not measured ({self.outcome}: {self.message or ''})"
         return (
