@@ -75,9 +75,12 @@ def test_failed_requests_a_death_or_a_missing_metric_fail_a_point() -> None:
 
 
 def test_an_offered_rate_the_server_does_not_keep_up_with_is_not_sustained() -> None:
-    fast_ttft = {"ttft_p99_ms": 50.0}  # the client's queue hides the overload from TTFT
-    kept_up = Measurement(load=10.0, values={**fast_ttft, "request_throughput": 9.6}, completed=120, failed=0)
-    behind = Measurement(load=20.0, values={**fast_ttft, "request_throughput": 12.0}, completed=240, failed=0)
+    fast = {"ttft_p99_ms": 50.0, "e2e_p50_ms": 5000.0}  # the client's queue hides the overload from TTFT
+    # 120 requests over 12 s of arrivals, then 5 s of drain: kept up (120 / (17 - 5) = 10 req/s)
+    kept_up = Measurement(load=10.0, values={**fast, "duration_s": 17.0}, completed=120, failed=0)
+    # 240 requests offered over 12 s, served over 25 s: behind (240 / 20 = 12 req/s)
+    behind = Measurement(load=20.0, values={**fast, "duration_s": 25.0}, completed=240, failed=0)
     assert judge_point(10.0, [kept_up], [TTFT], Knob.REQUEST_RATE).passed
     verdict = judge_point(20.0, [behind], [TTFT], Knob.REQUEST_RATE)
     assert not verdict.passed and "served 12.00 req/s of 20 offered" in verdict.why
+    assert judge_point(20.0, [behind], [TTFT], Knob.CONCURRENCY).passed  # a concurrency has no rate to keep

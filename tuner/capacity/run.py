@@ -127,7 +127,10 @@ class _CapacityStage:
                 self.died_at = load
                 break
             m = Measurement(
-                load=load, values=bench_values(metrics), completed=metrics.completed, failed=metrics.failed
+                load=load,
+                values={**bench_values(metrics), "duration_s": metrics.duration_s},
+                completed=metrics.completed,
+                failed=metrics.failed,
             )
             self.search.record(m)
             if self.on_point is not None:

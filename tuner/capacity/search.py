@@ -91,6 +91,16 @@ class SearchPlan:
 SUSTAINED = 0.9  # an offered rate is sustained when at least this share of it was served
 
 
+def served_rate(run: Measurement) -> float | None:
+    """Requests served per second while they arrived: completed / (duration − median latency), so
+    the last requests' drain after the arrivals end does not read as falling behind."""
+    duration = run.values.get("duration_s")
+    if duration is None:
+        return run.values.get("request_throughput")
+    span = duration - (run.values.get("e2e_p50_ms") or 0.0) / 1000.0
+    return run.completed / span if span > 0 else None
+
+
 def judge_point(
     load: float, runs: Sequence[Measurement], slos: Sequence[Slo], knob: Knob = Knob.CONCURRENCY
 ) -> PointVerdict:
@@ -103,7 +113,7 @@ def judge_point(
     missed = [f"{s.metric}={_show(medians[s.metric])} (want {s.op} {s.bound:g})" for s in slos
               if s.violation(medians[s.metric]) > 0]  # fmt: skip
     if knob is Knob.REQUEST_RATE:
-        served = [v for r in runs if (v := r.values.get("request_throughput")) is not None]
+        served = [v for r in runs if (v := served_rate(r)) is not None]
         if served and statistics.median(served) < SUSTAINED * load:
             missed.append(f"served {statistics.median(served):,.2f} req/s of {load:g} offered")
     deaths = sorted({r.died for r in runs if r.died})
