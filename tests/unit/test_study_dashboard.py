@@ -35,4 +35,6 @@ def test_failed_and_pruned_asks_carry_the_list_the_dashboard_greys_them_by(tmp_p
         named = {k: v for k, v in t.constraints.items() if not k.isdigit()}
         assert listed == list(named.values()) and any(v > 0 for v in listed)
     assert study.best_trials == []  # Optuna's own view of feasibility is unchanged
+    # the dashboard's attributes name each ask's fate in the words of every other view
+    assert [t.user_attrs["fate"] for t in study.get_trials()] == ["failed", "pruned by the memory model"]
     store.close()

@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.config import Failure, Outcome, Phase, TrialConfig, TrialResult, Verdict
 from tuner.objectives import judge
 from tuner.private import make_private, private_dir
+from tuner.report.asks import Fate
 from tuner.search.policy import Decision
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective
@@ -65,6 +66,7 @@ class Teller:
         failure = result.failure
         attrs: dict[str, Any] = {
             "state": state_label(verdict.outcome.value, verdict.feasible, verdict.retryable),
+            "fate": _launch_fate(verdict).value,  # what the views call it (tuner.report.asks)
             "outcome": verdict.outcome.value,
             "feasible": verdict.feasible,
             "failure": failure.outcome.value if failure else None,
@@ -114,6 +116,7 @@ class Teller:
         rule = decision.rule
         attrs: dict[str, Any] = {
             "state": f"PRUNED: {decision.reason[:120]}",
+            "fate": (Fate.FORBIDDEN if forbidden else Fate.PRUNED_RULE if rule else Fate.PRUNED_MEMORY).value,
             PRUNED: True,
             "forbidden": forbidden,
             "outcome": Outcome.PRUNED.value,
@@ -145,6 +148,7 @@ class Teller:
             if key in prior.user_attrs:
                 trial.set_user_attr(key, prior.user_attrs[key])
         trial.set_user_attr("dedup_of", prior.number)
+        trial.set_user_attr("fate", Fate.REUSED.value)
         self.study.tell(trial, list(prior.values))
 
     def _dashboard_constraints(self, trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
@@ -200,6 +204,14 @@ def _worst_seen(study: optuna.Study, objectives: tuple[Objective, ...]) -> dict[
         if obj.direction == "minimize" and trials:
             worst[obj.metric] = max(t.values[i] for t in trials)
     return worst
+
+
+def _launch_fate(verdict: Verdict) -> Fate:
+    if verdict.retryable:
+        return Fate.RETRIED
+    if verdict.outcome.measured:
+        return Fate.OK if verdict.feasible else Fate.CONSTRAINT_MISSED
+    return Fate.FAILED
 
 
 def not_launched(config: TrialConfig, sglang_version: str, outcome: Outcome, message: str) -> TrialResult:
