@@ -84,3 +84,15 @@ def test_an_offered_rate_the_server_does_not_keep_up_with_is_not_sustained() -> 
     verdict = judge_point(20.0, [behind], [TTFT], Knob.REQUEST_RATE)
     assert not verdict.passed and "served 12.00 req/s of 20 offered" in verdict.why
     assert judge_point(20.0, [behind], [TTFT], Knob.CONCURRENCY).passed  # a concurrency has no rate to keep
+
+
+def test_the_latest_capacity_that_measured_is_the_one_shown() -> None:
+    from tuner.capacity.table import CapacityRecord, latest_by_row
+
+    def rec(outcome: str, cap: float | None) -> CapacityRecord:
+        return CapacityRecord(study="s", trial_number=3, row_id=4, config_hash="h", knob="request_rate",
+                              slos=("ttft_p99_ms<=2000",), capacity=cap, points=(), outcome=outcome)  # fmt: skip
+
+    assert latest_by_row((rec("ok", 5.0), rec("interrupted", None)))[4].capacity == 5.0
+    assert latest_by_row((rec("ok", 5.0), rec("ok", 6.0)))[4].capacity == 6.0
+    assert latest_by_row((rec("oom", None),))[4].outcome == "oom"

@@ -135,5 +135,10 @@ def load(url: str, study: str) -> tuple[CapacityRecord, ...]:
 
 
 def latest_by_row(records: tuple[CapacityRecord, ...]) -> dict[int, CapacityRecord]:
-    """The most recent capacity run of each trial row."""
-    return {r.row_id: r for r in records}
+    """The most recent capacity run of each trial row that measured (else its most recent run)."""
+    out: dict[int, CapacityRecord] = {}
+    for r in records:  # oldest first
+        kept = out.get(r.row_id)
+        if kept is None or r.outcome == "ok" or kept.outcome != "ok":
+            out[r.row_id] = r
+    return out

@@ -20,6 +20,7 @@ from tuner.report.plots import (
     per_gpu_per_user_plot,
 )
 from tuner.report.profile import render_sh
+from tuner.report.status import pruned_lines
 from tuner.sglang.options import OptionTable, builtin_table
 from tuner.store.sql import SqlStore
 
@@ -81,7 +82,10 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
             if f != "forbidden"
         ],
         capacity=[record.line() for record in latest_by_row(data.capacity).values()],
-        asks=tally_lines(tally(classify(data.trials, data.rows)), has_slo=defines_slo(data)),
+        asks=[
+            *tally_lines(tally(asks := classify(data.trials, data.rows)), has_slo=defines_slo(data)),
+            *pruned_lines(asks),
+        ],
         failures=failures_frame(data.rows),
         export_text=export_text,
         export_reason=reason,
