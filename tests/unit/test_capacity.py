@@ -90,8 +90,9 @@ def test_the_latest_capacity_that_measured_is_the_one_shown() -> None:
     from tuner.capacity.table import CapacityRecord, latest_by_row
 
     def rec(outcome: str, cap: float | None) -> CapacityRecord:
+        slos = ("ttft_p99_ms<=2000",)
         return CapacityRecord(study="s", trial_number=3, row_id=4, config_hash="h", knob="request_rate",
-                              slos=("ttft_p99_ms<=2000",), capacity=cap, points=(), outcome=outcome)  # fmt: skip
+                              slos=slos, capacity=cap, points=(), outcome=outcome)  # fmt: skip
 
     assert latest_by_row((rec("ok", 5.0), rec("interrupted", None)))[4].capacity == 5.0
     assert latest_by_row((rec("ok", 5.0), rec("ok", 6.0)))[4].capacity == 6.0
