@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 from collections.abc import Sequence
@@ -147,9 +148,8 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
         console.print(line)
     for line in pruned_lines(asks):
         console.print(line)
-    for ask in asks:
-        if ask.noisy and ask.fate.measured:
-            console.print(f"[dim]{NOISY_MARK} #{ask.number}: {ask.noisy}[/dim]")
+    for line in noisy_lines(asks):
+        console.print(f"[dim]{line}[/dim]")
     console.print(f"Pareto front (* above) over {', '.join(data.metric_names)}: trials {list(front) or '-'}")
     for line in capacity_lines(data):
         console.print(line)
@@ -160,6 +160,19 @@ def print_status(store: SqlStore, study_name: str, study: optuna.Study | None, c
         console.print(search)
     if trouble:
         console.print(f"[bold red]warning:[/bold red] {trouble}")
+
+
+def noisy_lines(asks: Sequence[Ask]) -> list[str]:
+    """`~ marked noisy: other processes kept ...: #0 (lag p99 9.1 ms), #6 (...)`: one line per reason."""
+    groups: dict[str, list[str]] = {}
+    for ask in asks:
+        if ask.noisy and ask.fate.measured:
+            head, _, detail = ask.noisy.partition(" (")
+            lag = re.search(r"lag p99 ([^,)]+)", detail)
+            groups.setdefault(head, []).append(
+                f"#{ask.number}" + (f" (lag p99 {lag.group(1)})" if lag else "")
+            )
+    return [f"{NOISY_MARK} marked {head}: {', '.join(items)}" for head, items in groups.items()]
 
 
 def pruned_lines(asks: Sequence[Ask], limit: int = 12) -> list[str]:
