@@ -55,10 +55,8 @@ def test_stop_sweeps_a_stray_gpu_holder_and_the_memory_comes_back() -> None:
     report = group.stop(sigint_grace_s=1.0, sigterm_grace_s=1.0)
     waited = wait_for_release(probe, gpus, baseline_used_mib=baseline, our_pids=pids, timeout_s=60)
     after = probe.memory(gpus)[0]
-    print(
-        f"\nheld {held.used_mib} MiB (baseline {baseline[0]}); signals {report.signals_sent}; "
-        f"swept {report.swept_pids}; release seen {waited:.3f} s after stop; now {after.used_mib} MiB"
-    )
+    print(f"\nheld {held.used_mib} MiB (baseline {baseline[0]}); signals {report.signals_sent}; "
+          f"swept {report.swept_pids}; release seen {waited:.3f} s after stop; now {after.used_mib} MiB")
     assert report.signals_sent == ("SIGINT", "SIGTERM", "SIGKILL") and report.swept_pids
     assert after.used_mib <= baseline[0] + 256
     probe.close()

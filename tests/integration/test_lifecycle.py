@@ -40,16 +40,9 @@ FAST = LaunchTimeouts(
 TINY = ["--model-path", "/models/tiny", "--tp-size", "1"]
 
 
-def _spec(
-    tmp: Path,
-    flags: list[str],
-    *,
-    scenario: str = "tiny-fast",
-    version: str = "0.5.9",
-    inject: tuple[str, ...] = (),
-    timeouts: LaunchTimeouts = FAST,
-    port: int | None = None,
-) -> LaunchSpec:
+def _spec(tmp: Path, flags: list[str], *, scenario: str = "tiny-fast", version: str = "0.5.9",
+          inject: tuple[str, ...] = (), timeouts: LaunchTimeouts = FAST,
+          port: int | None = None) -> LaunchSpec:
     port = port or free_port()
     argv = [sys.executable, "-m", "tuner.sim", "--sim-scenario", scenario,
             "--sim-sglang-version", version]  # fmt: skip
@@ -80,9 +73,8 @@ def _assert_clean(server: ServerProcess, spec: LaunchSpec, tmp: Path) -> None:
             assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"pid {pid} survived"
     assert port_is_free("127.0.0.1", spec.port)
     probe = FileGpuProbe(tmp / "gpu")
-    wait_for_release(
-        probe, tuple(d.index for d in probe.devices()), baseline_used_mib=None, our_pids=pids, timeout_s=5
-    )
+    wait_for_release(probe, tuple(d.index for d in probe.devices()), baseline_used_mib=None, our_pids=pids,
+                     timeout_s=5)
 
 
 def test_ready_reports_kv_tokens_from_endpoint_and_log(tmp_path: Path) -> None:
@@ -113,31 +105,9 @@ def test_renamed_flag_is_caught_before_launch_with_the_replacement_named() -> No
 
 
 def test_oom_at_capture(tmp_path: Path) -> None:
-    flags = [
-        "--model-path",
-        "/m",
-        "--tp-size",
-        "8",
-        "--mem-fraction-static",
-        "0.95",
-        "--nsa-prefill-backend",
-        "trtllm",
-        "--nsa-decode-backend",
-        "trtllm",
-        "--cuda-graph-bs",
-        "1",
-        "2",
-        "4",
-        "8",
-        "12",
-        "16",
-        "24",
-        "32",
-        "40",
-        "48",
-        "56",
-        "64",
-    ]
+    flags = ["--model-path", "/m", "--tp-size", "8", "--mem-fraction-static", "0.95",
+             "--nsa-prefill-backend", "trtllm", "--nsa-decode-backend", "trtllm",
+             "--cuda-graph-bs", "1", "2", "4", "8", "12", "16", "24", "32", "40", "48", "56", "64"]
     spec = _spec(tmp_path, flags, scenario="glm5-nvfp4-sm120")
     server, failure = _launch(spec)
     assert isinstance(failure, Failure), failure
@@ -146,19 +116,8 @@ def test_oom_at_capture(tmp_path: Path) -> None:
 
 
 def test_not_enough_memory(tmp_path: Path) -> None:
-    flags = [
-        "--model-path",
-        "/m",
-        "--tp-size",
-        "8",
-        "--mem-fraction-static",
-        "0.6",
-        "--disable-cuda-graph",
-        "--nsa-prefill-backend",
-        "trtllm",
-        "--nsa-decode-backend",
-        "trtllm",
-    ]
+    flags = ["--model-path", "/m", "--tp-size", "8", "--mem-fraction-static", "0.6", "--disable-cuda-graph",
+             "--nsa-prefill-backend", "trtllm", "--nsa-decode-backend", "trtllm"]
     spec = _spec(tmp_path, flags, scenario="glm5-nvfp4-sm120")
     server, failure = _launch(spec)
     assert isinstance(failure, Failure), failure
@@ -168,19 +127,8 @@ def test_not_enough_memory(tmp_path: Path) -> None:
 
 
 def test_unsupported_backend_on_sm120(tmp_path: Path) -> None:
-    flags = [
-        "--model-path",
-        "/m",
-        "--tp-size",
-        "8",
-        "--mem-fraction-static",
-        "0.85",
-        "--disable-cuda-graph",
-        "--nsa-prefill-backend",
-        "fa3",
-        "--nsa-decode-backend",
-        "fa3",
-    ]
+    flags = ["--model-path", "/m", "--tp-size", "8", "--mem-fraction-static", "0.85", "--disable-cuda-graph",
+             "--nsa-prefill-backend", "fa3", "--nsa-decode-backend", "fa3"]
     spec = _spec(tmp_path, flags, scenario="glm5-nvfp4-sm120")
     server, failure = _launch(spec)
     assert isinstance(failure, Failure), failure

@@ -35,21 +35,8 @@ TOTAL_MIB = 81559
 
 
 def _cmd(tmp: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tuner",
-        "run",
-        "--space",
-        str(SPACE),
-        "--db",
-        str(tmp / "exp.db"),
-        "--parallel",
-        "4",
-        "--trials",
-        str(BUDGET),
-        "--plain",
-    ]
+    return [sys.executable, "-m", "tuner", "run", "--space", str(SPACE), "--db", str(tmp / "exp.db"),
+            "--parallel", "4", "--trials", str(BUDGET), "--plain"]
 
 
 def _ours(tmp: Path) -> list[psutil.Process]:
@@ -87,15 +74,8 @@ def _gpus(row: StoredTrial) -> tuple[int, ...]:
 
 def test_parallel_four_tp2_trials_on_eight_gpus_stop_and_resume(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        _cmd(tmp_path),
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = subprocess.Popen(_cmd(tmp_path), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
     assert proc.stdout is not None
     seen: list[str] = []
     serving: set[str] = set()  # workers whose server is ready and whose trial has not ended
@@ -124,8 +104,7 @@ def test_parallel_four_tp2_trials_on_eight_gpus_stop_and_resume(tmp_path: Path) 
     study = optuna.load_study(study_name=STUDY, storage=url)
     states = [t.state for t in study.trials]
     launched = [
-        t
-        for t in study.trials
+        t for t in study.trials
         if t.state is TrialState.COMPLETE and not any(t.user_attrs.get(k) for k in NOT_LAUNCHED)
     ]
     assert len(launched) == BUDGET, "the budget is not exact"

@@ -108,7 +108,8 @@ def test_deprecated_aliases_warn_and_work(sim_factory):
     log = sim.log()
     assert (
         "\033[1;33m'--nsa-decode-backend' is deprecated and will be removed in a future release. "
-        "Use '--dsa-decode-backend' instead.\033[0m" in log
+        "Use '--dsa-decode-backend' instead.\033[0m"
+        in log
     )
     assert "'--cuda-graph-bs' is deprecated" in log
     info = httpx.get(sim.url + "/server_info").json()

@@ -36,29 +36,11 @@ def _space(tmp: Path) -> Path:
 
 
 def _start(tmp: Path) -> subprocess.Popen[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "tuner",
-        "run",
-        "--space",
-        str(_space(tmp)),
-        "--db",
-        str(tmp / "exp.db"),
-        "--trials",
-        str(BUDGET),
-        "--plain",
-    ]
+    cmd = [sys.executable, "-m", "tuner", "run", "--space", str(_space(tmp)),
+           "--db", str(tmp / "exp.db"), "--trials", str(BUDGET), "--plain"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        cmd,
-        cwd=tmp,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
 
 
 def _lines_until(proc: subprocess.Popen[str], marker: str, timeout_s: float = 60.0) -> Iterator[str]:
@@ -88,23 +70,9 @@ def _sim_processes(tmp: Path) -> list[psutil.Process]:
 
 def _finish(tmp: Path) -> str:
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tuner",
-            "run",
-            "--space",
-            str(tmp / "space.yaml"),
-            "--db",
-            str(tmp / "exp.db"),
-            "--trials",
-            str(BUDGET),
-            "--plain",
-        ],
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-m", "tuner", "run", "--space", str(tmp / "space.yaml"),
+         "--db", str(tmp / "exp.db"), "--trials", str(BUDGET), "--plain"],
+        cwd=tmp, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stderr
@@ -125,9 +93,8 @@ def _check_study(tmp: Path) -> None:
     assert not list((tmp / "runs").glob("*/live/*.json")), "a live-server record was left"
 
 
-@pytest.mark.parametrize(
-    "marker", ["trial 0: launch", "trial 0: gate", "trial 0: bench", "trial 0: teardown", "trial 0: ok"]
-)
+@pytest.mark.parametrize("marker", ["trial 0: launch", "trial 0: gate", "trial 0: bench", "trial 0: teardown",
+                                    "trial 0: ok"])
 def test_sigkill_then_rerun_completes_exactly(tmp_path: Path, marker: str) -> None:
     proc = _start(tmp_path)
     for _ in _lines_until(proc, marker):
@@ -155,23 +122,10 @@ def test_sigint_tears_down_records_interrupted_and_resumes(tmp_path: Path, marke
 
 def test_two_workers_share_one_study(tmp_path: Path) -> None:
     space = _space(tmp_path)
-    cmd = [
-        sys.executable,
-        "-m",
-        "tuner",
-        "run",
-        "--space",
-        str(space),
-        "--db",
-        str(tmp_path / "exp.db"),
-        "--trials",
-        "4",
-        "--plain",
-    ]
-    workers = [
-        subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for _ in range(2)
-    ]
+    cmd = [sys.executable, "-m", "tuner", "run", "--space", str(space),
+           "--db", str(tmp_path / "exp.db"), "--trials", "4", "--plain"]
+    workers = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True) for _ in range(2)]
     outputs = [w.communicate(timeout=180)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs
     url = f"sqlite:///{tmp_path / 'exp.db'}"

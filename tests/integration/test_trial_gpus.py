@@ -34,22 +34,9 @@ def _foreign_holder(ctx: TrialContext) -> subprocess.Popen[bytes]:
     state = ctx.engine.gpu_state_dir
     assert state is not None
     (state / "procs").mkdir(parents=True, exist_ok=True)
-    (state / "gpus.json").write_text(
-        json.dumps(
-            {
-                "gpus": [
-                    {
-                        "index": 0,
-                        "uuid": "GPU-x",
-                        "name": "sim",
-                        "compute_capability": "9.0",
-                        "total_mib": 81559,
-                        "driver": "sim",
-                    }
-                ]
-            }
-        )
-    )
+    (state / "gpus.json").write_text(json.dumps({"gpus": [{"index": 0, "uuid": "GPU-x", "name": "sim",
+                                                            "compute_capability": "9.0", "total_mib": 81559,
+                                                            "driver": "sim"}]}))
     record = {"pid": holder.pid, "used_mib": {"0": 30720}}
     (state / "procs" / f"{holder.pid}.json").write_text(json.dumps(record))
     return holder

@@ -25,14 +25,8 @@ def _fake_sglang(tmp: Path, version: str, monkeypatch: pytest.MonkeyPatch) -> No
 def test_sim_engine_launches_the_stand_in_with_its_scenario_and_release(tmp_path: Path) -> None:
     space = load_space(ROOT / "search_spaces" / "glm5-nvfp4-sm120-sim.yaml")
     engine = engine_for(space, state_root=tmp_path)
-    assert engine.launcher[1:] == (
-        "-m",
-        "tuner.sim",
-        "--sim-scenario",
-        "glm5-nvfp4-sm120",
-        "--sim-sglang-version",
-        "0.5.9",
-    )
+    assert engine.launcher[1:] == ("-m", "tuner.sim", "--sim-scenario", "glm5-nvfp4-sm120",
+                                   "--sim-sglang-version", "0.5.9")
     assert dict(engine.env)[SIM_STATE_ENV] == str((tmp_path / "gpu-state").resolve())
     assert engine.table.find("--nsa-decode-backend") is not None
     checked = engine_for(space, state_root=None, sglang_version="0.5.23")
@@ -55,3 +49,4 @@ def test_installed_release_must_match_the_pinned_one(tmp_path: Path, monkeypatch
         engine_for(space, state_root=tmp_path)
     auto = engine_for(replace(space, sglang_version="auto"), state_root=tmp_path)
     assert auto.sglang_version == "0.5.23"
+

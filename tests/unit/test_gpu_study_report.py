@@ -48,30 +48,11 @@ def _recording(tmp: Path, *, late_release: bool) -> Path:
 
 
 def _windows() -> list:
-    ok = gs.TrialWindow(
-        number=0,
-        outcome="ok",
-        gpus=(0,),
-        launched=1001.0,
-        ready=1002.0,
-        teardown=1005.5,
-        released=1006.05,
-        release_s=0.3,
-        tuner_min_free_mib=(TOTAL - BASE - 120_000,),
-    )
-    oom = gs.TrialWindow(
-        number=1,
-        outcome="oom",
-        gpus=(1,),
-        launched=1002.0,
-        ready=None,
-        teardown=1003.0,
-        released=1003.4,
-        release_s=0.1,
-        tuner_min_free_mib=None,
-        message="CUDA out of memory at capture: ...",
-        real_oom=True,
-    )
+    ok = gs.TrialWindow(number=0, outcome="ok", gpus=(0,), launched=1001.0, ready=1002.0, teardown=1005.5,
+                        released=1006.05, release_s=0.3, tuner_min_free_mib=(TOTAL - BASE - 120_000,))
+    oom = gs.TrialWindow(number=1, outcome="oom", gpus=(1,), launched=1002.0, ready=None, teardown=1003.0,
+                         released=1003.4, release_s=0.1, tuner_min_free_mib=None,
+                         message="CUDA out of memory at capture: ...", real_oom=True)
     return [ok, oom]
 
 

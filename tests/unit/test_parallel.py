@@ -60,30 +60,14 @@ def test_the_space_decides_the_set_size_and_the_node_its_gpus() -> None:
 
 def test_a_worker_is_the_parents_run_on_one_set_with_events_on_stdout() -> None:
     args = argparse.Namespace(
-        space=None,
-        trials=8,
-        timeout=90.0,
-        warm_start="old",
-        warm_start_db="sqlite:///o.db",
-        verbose=True,
-        seed=5,
-        sampler=None,
+        space=None, trials=8, timeout=90.0, warm_start="old", warm_start_db="sqlite:///o.db", verbose=True,
+        seed=5, sampler=None,
     )
     argv = worker_argv(args, space=TP2, db_url="sqlite:///x.db", study="s-v1", gpus=(2, 3))
     text = " ".join(argv[1:])
     assert text.startswith("-m tuner -v run --space ")
-    for part in (
-        "--db sqlite:///x.db",
-        "--study s-v1",
-        "--gpus 2,3",
-        "--parallel 1",
-        "--worker-events",
-        "--trials 8",
-        "--timeout 90s",
-        "--seed 5",
-        "--warm-start old",
-        "--warm-start-db sqlite:///o.db",
-    ):
+    for part in ("--db sqlite:///x.db", "--study s-v1", "--gpus 2,3", "--parallel 1", "--worker-events",
+                 "--trials 8", "--timeout 90s", "--seed 5", "--warm-start old", "--warm-start-db sqlite:///o.db"):
         assert part in text
 
 
@@ -93,16 +77,8 @@ def test_worker_events_round_trip_and_other_lines_are_not_events() -> None:
     assert hooks.on_start and hooks.on_phase and hooks.on_trial
     hooks.on_start(7, 3)
     hooks.on_phase(7, Phase.BENCH, "c4")
-    event = TrialEvent(
-        number=7,
-        outcome=Outcome.OOM,
-        values=(0.0, 1.5),
-        feasible=False,
-        reused_from=None,
-        message="CUDA out of memory",
-        duration_s=2.5,
-        overhead_s=0.1,
-    )
+    event = TrialEvent(number=7, outcome=Outcome.OOM, values=(0.0, 1.5), feasible=False, reused_from=None,
+                       message="CUDA out of memory", duration_s=2.5, overhead_s=0.1)
     hooks.on_trial(event)
     parsed = [parse_event(line) for line in out.getvalue().splitlines()]
     phase = PhaseChanged(trial=7, phase=Phase.BENCH, detail="c4")
@@ -127,15 +103,8 @@ def test_status_lists_every_running_trial_with_its_gpus() -> None:
         trial.set_user_attr("pid", 100 + gpus[0])
         trial.set_user_attr("gpus", gpus)
     study.tell(study.ask(), 1.0)
-    data = StudyData(
-        name="s",
-        url="sqlite://",
-        rows=(),
-        trials=tuple(study.trials),
-        metric_names=(),
-        directions=("minimize",),
-        best_numbers=None,
-    )
+    data = StudyData(name="s", url="sqlite://", rows=(), trials=tuple(study.trials), metric_names=(),
+                     directions=("minimize",), best_numbers=None)
     start = study.trials[0].datetime_start
     assert start is not None
     lines = running_lines(data, now=start + timedelta(seconds=12))

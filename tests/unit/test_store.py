@@ -225,10 +225,7 @@ def test_version_1_attempts_shared_by_racing_writers_are_renumbered(tmp_path: Pa
 
     with SqlStore(file_url(tmp_path)) as store:
         assert [(t.config_hash, t.attempt) for t in store.trials("glm5-v1")] == [
-            ("h1", 1),
-            ("h1", 2),
-            ("h1", 3),
-            ("h2", 1),
+            ("h1", 1), ("h1", 2), ("h1", 3), ("h2", 1)
         ]
         record(store, config_hash="h1")
         assert store.trials("glm5-v1")[-1].attempt == 4

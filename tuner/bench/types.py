@@ -158,6 +158,8 @@ class BenchMetrics:
     output_tokens_source: str | None  # "usage" | "requested" | "mixed"; None if nothing completed
 
 
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoadPointResult:
     """One load point: what was asked, what was measured, and the raw records."""

@@ -137,7 +137,6 @@ def retract(n_reqs: int, tokens_gained: int) -> str:
         f"#new_tokens_gained: {tokens_gained}"
     )
 
-
 DECODE_OOM = "Decode out of memory. Try to lower your batch size."
 SIGQUIT_LAUNCH = "Received sigquit from a child process. It usually means the child failed."
 

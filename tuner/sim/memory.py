@@ -157,3 +157,4 @@ def activation_mib(scenario: Scenario, *, decode_batch: int, graph_mode: bool, p
 def mib_to_gb(mib: float) -> float:
     """MiB to the 'GB' SGLang prints (GiB)."""
     return mib / 1024
+

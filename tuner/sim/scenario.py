@@ -161,12 +161,8 @@ def parse_backend(rule: Any, where: str, key: str) -> BackendRule:
     elif behaviour == "nan":
         values.setdefault("nan_min_batch", 1)
     elif values.get("nan_min_batch") is not None or values.get("nan_graph_only"):
-        raise fail(
-            where,
-            f"{key}.behaviour",
-            "nan or nan_batched when nan_min_batch/nan_graph_only is set",
-            behaviour,
-        )
+        raise fail(where, f"{key}.behaviour", "nan or nan_batched when nan_min_batch/nan_graph_only is set",
+                   behaviour)
     return BackendRule(**values)
 
 

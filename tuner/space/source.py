@@ -26,7 +26,6 @@ __all__ = ["Section", "Source", "parse_duration", "python_value", "read_source",
 
 MISSING: Any = object()
 
-
 def python_value(node: Node) -> Any:
     """The plain Python value of a node, as yaml.safe_load would build it."""
     constructor = yaml.constructor.SafeConstructor()
