@@ -29,7 +29,8 @@ from tuner.session import trial_session
 from tuner.space.loader import config_from_params, load_space
 from tuner.trial import run_trial
 
-LAG_STEPS_MS = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+LAG_STEPS_MS = (5.0, 10.0, 20.0, 40.0, 80.0)
+RELATIVE_STEPS = (0.1, 0.25, 0.5, 1.0)
 
 
 def measure(space_path: Path, reps: int) -> list[dict[str, Any]]:
@@ -50,6 +51,8 @@ def measure(space_path: Path, reps: int) -> list[dict[str, Any]]:
                     {
                         "rep": i,
                         "output_throughput": None if m is None else m.output_throughput,
+                        "itl_p50_ms": None if m is None or not m.itl.count else m.itl.median_ms,
+                        "tpot_p50_ms": None if m is None or not m.tpot.count else m.tpot.median_ms,
                         "lag_p99_ms": result.loop_lag_p99_ms,
                         "wait_share": result.run_queue_wait_share,
                         "cpu_share": result.client_cpu_share,
@@ -65,30 +68,46 @@ def measure(space_path: Path, reps: int) -> list[dict[str, Any]]:
     return runs
 
 
-def table(runs: list[dict[str, Any]], dev_pct: float, wait_share: float) -> list[str]:
-    """Precision and recall of the mark at each lag threshold against 'did not reproduce'."""
-    tput = [r["output_throughput"] for r in runs if r["output_throughput"] is not None]
-    median = statistics.median(tput)
+def _rule_rows(runs: list[dict[str, Any]], off: int, wait_share: float) -> list[str]:
+    rows = []
+    rules: list[tuple[str, Any]] = [
+        (f"lag p99 > {step:g} ms", lambda r, s=step: (r["lag_p99_ms"] or 0) > s) for step in LAG_STEPS_MS
+    ]
+    rules += [
+        (f"lag p99 > {k:g} x ITL p50", lambda r, k=k: (r["lag_p99_ms"] or 0) > k * (r["itl_p50_ms"] or 1e9))
+        for k in RELATIVE_STEPS
+    ]
+    for name, rule in rules:
+        flagged = [r for r in runs if rule(r) and (r["wait_share"] or 0) > wait_share]
+        hits = sum(r["off"] for r in flagged)
+        precision = f"{100 * hits / len(flagged):.0f}%" if flagged else "-"
+        recall = f"{100 * hits / off:.0f}%" if off else "-"
+        rows.append(f"{name:>22} | {len(flagged):>7} | {hits:>17} | {precision:>9} | {recall:>6}")
+    return rows
+
+
+def table(runs: list[dict[str, Any]], dev_pct: float, wait_share: float, metric: str) -> list[str]:
+    """Precision and recall of candidate marks against 'did not reproduce' (|deviation| > dev_pct)."""
+    values = [r[metric] for r in runs if r.get(metric) is not None]
+    median = statistics.median(values)
     for r in runs:
-        value = r["output_throughput"]
+        value = r.get(metric)
         r["dev_pct"] = None if value is None else 100.0 * (value - median) / median
         r["off"] = r["dev_pct"] is not None and abs(r["dev_pct"]) > dev_pct
     off = sum(r["off"] for r in runs)
     devs = sorted(abs(r["dev_pct"]) for r in runs if r["dev_pct"] is not None)
-    lines = [
-        f"{len(runs)} runs; throughput median {median:,.1f} tok/s, |deviation| median "
-        f"{statistics.median(devs):.1f}% (max {devs[-1]:.1f}%); {off} runs beyond ±{dev_pct:g}%",
+    itl = [r["itl_p50_ms"] for r in runs if r.get("itl_p50_ms") is not None]
+    lags = sorted(r["lag_p99_ms"] for r in runs if r["lag_p99_ms"] is not None)
+    return [
+        f"{len(runs)} runs; {metric} median {median:,.2f}, |deviation| median {statistics.median(devs):.1f}% "
+        f"(max {devs[-1]:.1f}%); {off} runs beyond ±{dev_pct:g}%",
+        f"event-loop lag p99: median {statistics.median(lags):.1f} ms ({lags[0]:.1f}-{lags[-1]:.1f}); "
+        f"ITL p50 median {statistics.median(itl) if itl else float('nan'):.2f} ms",
         f"today's mark (starved): flags {sum(r['starved'] for r in runs)}, of which "
         f"{sum(r['starved'] and r['off'] for r in runs)} did not reproduce",
-        "lag p99 threshold | flagged | did not reproduce | precision | recall",
+        "                  mark | flagged | did not reproduce | precision | recall",
+        *_rule_rows(runs, off, wait_share),
     ]
-    for step in LAG_STEPS_MS:
-        flagged = [r for r in runs if (r["lag_p99_ms"] or 0) > step and (r["wait_share"] or 0) > wait_share]
-        hits = sum(r["off"] for r in flagged)
-        precision = f"{100 * hits / len(flagged):.0f}%" if flagged else "-"
-        recall = f"{100 * hits / off:.0f}%" if off else "-"
-        lines.append(f"{step:>8g} ms | {len(flagged):>7} | {hits:>17} | {precision:>9} | {recall:>6}")
-    return lines
 
 
 def main() -> int:
@@ -97,6 +116,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--dev", type=float, default=3.0, help="deviation from the median that counts (%%)")
     parser.add_argument("--wait-share", type=float, default=0.2, help="run-queue wait share of the mark")
+    parser.add_argument("--metric", default="output_throughput", help="what must reproduce (a run's key)")
     parser.add_argument("--json", type=Path, default=None, help="also write every run as JSON lines")
     parser.add_argument("--from-json", type=Path, default=None, help="analyse runs written before")
     args = parser.parse_args()
@@ -106,7 +126,7 @@ def main() -> int:
         runs = measure(args.space, args.reps)
     if args.json is not None:
         args.json.write_text("".join(json.dumps(r) + "\n" for r in runs))
-    print("\n".join(table(runs, args.dev, args.wait_share)))
+    print("\n".join(table(runs, args.dev, args.wait_share, args.metric)))
     return 0
 
 
