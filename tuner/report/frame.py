@@ -201,11 +201,21 @@ def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
 
 
 def _short_names(names: Iterable[str]) -> dict[str, str]:
-    """The first word of each param name where that is unambiguous, else the whole name."""
+    """The first word of each param name where that is unambiguous, else the last part of a dotted
+    name (`sparse_backends.prefill` -> `prefill`) where that is, else the whole name."""
     names = list(names)
     first = {n: n.replace("_", "-").split("-")[0] for n in names}
-    counts = Counter(first.values())
-    return {n: (first[n] if counts[first[n]] == 1 else n) for n in names}
+    last = {n: n.rsplit(".", 1)[-1] for n in names if "." in n}
+    counts = Counter([*first.values(), *last.values()])
+    out = {}
+    for n in names:
+        if counts[first[n]] == 1:
+            out[n] = first[n]
+        elif n in last and counts[last[n]] == 1:
+            out[n] = last[n]
+        else:
+            out[n] = n
+    return out
 
 
 def _show_value(value: Any) -> str:
