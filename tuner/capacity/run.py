@@ -19,7 +19,7 @@ from typing import Any
 
 from tuner.bench.settings import BenchSettings, LoadPoint
 from tuner.bench.types import BenchResult
-from tuner.capacity.search import Knob, Measurement, Search, SearchPlan
+from tuner.capacity.search import Knob, Measurement, PointVerdict, Search, SearchPlan
 from tuner.capacity.table import CapacityRecord, save
 from tuner.config import Failure, Outcome, TrialConfig
 from tuner.errors import ConfigError, ProfileError
@@ -35,7 +35,7 @@ from tuner.trial import run_trial
 
 log = logging.getLogger(__name__)
 
-OnPoint = Callable[[Measurement, bool], None]
+OnPoint = Callable[[Measurement, PointVerdict], None]  # a run and its load's verdict so far
 MAX_PROMPTS = 1000  # requests per load point at most (about 12 s of offered load below ~80 req/s)
 MAX_LAUNCHES = 3  # launches per capacity run: the first, and one after each death under load
 
@@ -134,7 +134,7 @@ class _CapacityStage:
             )
             self.search.record(m)
             if self.on_point is not None:
-                self.on_point(m, self.search.verdicts()[load].passed)
+                self.on_point(m, self.search.verdicts()[load])
         runs = [r for _, r in self.results]
         points = tuple(p for r in runs for p in r.points)
         best = self.search.capacity()
@@ -190,7 +190,7 @@ def _search_launches(
             )
             search.record(died)
             if on_point is not None:
-                on_point(died, False)
+                on_point(died, search.verdicts()[died.load])
             log.warning("the server died under %g: launching it again to search below", stage.died_at)
             failure = None
             if search.next_load() is None:

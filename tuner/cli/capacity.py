@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def cmd_capacity(args: argparse.Namespace) -> int:
     from tuner.capacity.run import CapacityRequest, capacity, slos_for
-    from tuner.capacity.search import Knob, Measurement
+    from tuner.capacity.search import Knob, Measurement, PointVerdict
     from tuner.space.loader import load_space
     from tuner.store.connect import database_url
 
@@ -61,10 +61,10 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         prompts=args.prompts,
     )
 
-    def on_point(m: Measurement, passed: bool) -> None:
+    def on_point(m: Measurement, verdict: PointVerdict) -> None:
         shown = ", ".join(f"{s.metric}={_fmt(m.values.get(s.metric))}" for s in slos)
-        verdict = "meets the SLOs so far" if passed else "misses"
-        print(f"  {m.load:g} {knob.unit}: {shown}; {m.failed} failed: {verdict}", file=sys.stderr, flush=True)
+        said = "passes so far" if verdict.passed else f"fails ({verdict.why})"
+        print(f"  {m.load:g} {knob.unit}: {shown}; {m.failed} failed: {said}", file=sys.stderr, flush=True)
 
     print(f"capacity under {', '.join(s.name for s in slos)}, raising the {knob.value}:", file=sys.stderr)
     record = capacity(space, request, db_url=database_url(args.db), study=args.study, on_point=on_point)
