@@ -45,6 +45,6 @@ def test_capacity_of_the_best_trial_is_stored_beside_it_and_shown(tmp_path: Path
     assert "capacity under SLO: #0: at least 16 req/s" in status.stdout
     export = _tuner(tmp_path, "export", "--best")
     assert (
-        "# capacity under SLO: #0: 16 req/s" in export.stdout
+        "# capacity under SLO: #0: at least 16 req/s" in export.stdout
         and "loads: 4 pass, 8 pass, 16 pass" in export.stdout
     )
