@@ -96,9 +96,14 @@ def status_table(data: StudyData, front: Sequence[int], *, has_slo: bool = False
             f"{number}{'*' if rec['pareto'] else ''}",
             f"[{style}]{label}[/{style}]",
             *(_num(values.get(name)) for name in metrics),
-            _knobs_and_why(str(rec["knobs"]), spread or reused or (message.splitlines() or [""])[0][:160]),
+            _knobs_and_why(str(rec["knobs"]), spread or reused or _first_line(message)),
         )
     return table
+
+
+def _first_line(message: str, limit: int = 200) -> str:
+    line = (message.splitlines() or [""])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _knobs_and_why(knobs: str, why: str) -> Text:
