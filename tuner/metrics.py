@@ -33,6 +33,7 @@ class Source(str, Enum):
     BENCH = "bench"  # the objective load point's BenchMetrics
     SERVER = "server"  # the server's own report (KV tokens)
     GPU = "gpu"  # the trial's GPU memory samples
+    DERIVED = "derived"  # computed from other metrics of the trial (see `derived_values`)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -184,6 +185,20 @@ _ALL = (
         doc="failed / (completed + failed) requests of the load point",
         read=lambda m: m.failed / (m.completed + m.failed) if m.completed + m.failed else None,
     ),
+    Metric(
+        name="output_throughput_per_gpu",
+        direction=_MAX,
+        unit="tok/s/GPU",
+        source=Source.DERIVED,
+        doc="output_throughput / number of the trial's GPUs",
+    ),
+    Metric(
+        name="output_throughput_per_user",
+        direction=_MAX,
+        unit="tok/s/user",
+        source=Source.DERIVED,
+        doc="output_throughput / concurrency: what one request in flight receives on average",
+    ),
 )
 
 METRICS: Mapping[str, Metric] = {m.name: m for m in _ALL}
@@ -252,6 +267,16 @@ def bench_values(metrics: BenchMetrics | None) -> dict[str, float | None]:
     return out
 
 
+def derived_values(values: Mapping[str, float | None], n_gpus: int) -> dict[str, float | None]:
+    """The DERIVED metrics from a trial's other metrics and its GPU count (None where an input is)."""
+    out = values.get("output_throughput")
+    conc = values.get("concurrency")
+    return {
+        "output_throughput_per_gpu": out / n_gpus if out is not None and n_gpus > 0 else None,
+        "output_throughput_per_user": out / conc if out is not None and conc else None,
+    }
+
+
 def trial_values(result: TrialResult) -> dict[str, float | None]:
     """Every metric of a trial result; None where it was not measured."""
     out: dict[str, float | None] = dict.fromkeys(METRICS)
@@ -260,4 +285,5 @@ def trial_values(result: TrialResult) -> dict[str, float | None]:
         out["kv_tokens"] = float(result.server.kv_tokens)
     if result.min_free_mib:
         out["min_free_vram_mib"] = float(min(result.min_free_mib))
+    out.update(derived_values(out, len(result.gpus)))
     return out

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,7 +47,7 @@ def test_exported_script_starts_a_server_with_the_trials_kv_tokens(
     port = free_port()
     proc = subprocess.Popen(
         ["bash", str(script)],
-        env={**os.environ, "PORT": str(port)},
+        env={**os.environ, "PORT": str(port), "PYTHON": sys.executable},  # the interpreter, as documented
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

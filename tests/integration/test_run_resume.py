@@ -22,7 +22,7 @@ def test_run_alone_resumes_from_the_stored_space(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr
     again = tuner_in(tmp_path, "run", "--trials", "2", "--plain")
     assert again.returncode == 0, again.stderr
-    assert f"resuming study tiny-fast-sim-v1 (1/6 trials; space {space})" in again.stderr
+    assert f"resuming study tiny-fast-sim-v1 (1/6 launches; space {space})" in again.stderr
     assert "2/2 launches finished" in again.stdout
     space.write_text(space.read_text().replace("input_len: 16", "input_len: 32"))
     changed = tuner_in(tmp_path, "run", "--db", db, "--plain")

@@ -192,6 +192,9 @@ def test_starvation_by_other_processes_is_not_a_client_bottleneck() -> None:
     # without schedstat: lagging with the CPU share far from a core is starvation too
     assert verdict(0.02, 40.0) is Judgement.STARVED
     assert verdict(0.5, 40.0) is Judgement.CLIENT_BOUND
+    # calibrated: a starved client lagging 5-25 ms measured what a repeat measured, so no mark
+    assert verdict(0.02, 12.0, wait_share=0.8) is Judgement.TRUSTED
+    assert verdict(0.02, 12.0, wait_share=0.01) is Judgement.CLIENT_BOUND  # not waiting for a CPU
     # thresholds come from the space's bench.self_check section
     strict = SelfCheckSettings(starved_wait_share=0.9, loop_lag_p99_s=0.1)
     assert judge(0.02, 40.0, wait_share=0.6, samples=100, limits=strict) is Judgement.TRUSTED

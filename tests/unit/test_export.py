@@ -134,7 +134,8 @@ def test_shell_script_quotes_values_and_lets_host_and_port_be_overridden() -> No
     script = render_sh(secret_profile(), TABLE)
     assert "--model-path '/models/my model'\"'\"'s dir'" in script
     assert '--port "${PORT:-30000}"' in script and '--host "${HOST:-127.0.0.1}"' in script
-    assert "\nexec /venv/bin/python -m tuner.sim --sim-scenario tiny-fast" in script
+    assert '\nexec "${PYTHON:-python3}" -m tuner.sim --sim-scenario tiny-fast' in script
+    assert "# The study ran /venv/bin/python; PYTHON=" in script  # no venv path in the command itself
     assert script.startswith("#!/usr/bin/env bash\n# SGLang launch profile: study s-v1, trial 0")
     bash = shutil.which("bash")
     if bash:

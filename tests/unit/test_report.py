@@ -143,3 +143,5 @@ def test_compact_params_shortens_names_and_batch_lists() -> None:
     params = {"mem-fraction-static": 0.9, "cuda_graph": "bs:1,2,4,8,16,32", "chunked-prefill-size": None}
     assert compact_params(params) == "mem=0.9 cuda=bs:1..32(6) chunked=-"
     assert compact_params({"dsa-prefill": "a", "dsa-decode": "b"}) == "dsa-prefill=a dsa-decode=b"
+    pair = {"sparse_backends.prefill": "trtllm", "sparse_backends.decode": "fa3", "chunked-prefill-size": 1}
+    assert compact_params(pair) == "prefill=trtllm decode=fa3 chunked=1"  # the part that tells them apart

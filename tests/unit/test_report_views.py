@@ -59,7 +59,7 @@ def test_failures_never_sit_on_a_measurement_axis() -> None:
     ax = fig.axes[0]
     plotted = sum(len(c.get_offsets()) for c in ax.collections)
     assert plotted == 2 + 2  # two measured trials, two rings of the front; no failure point
-    assert any("failed: #2 oom, #3 nan" in t.get_text() for t in ax.texts)
+    assert any("failed: #2 oom, #3 nan" in t.get_text() for t in fig.texts)
     assert any(t.get_text() == "workload: x" for t in fig.texts)
     history = history_plot(frame)
     strip = history.axes[-1]
@@ -76,7 +76,7 @@ def test_hover_and_table_never_say_nan_for_a_feasible_trial() -> None:
     assert "nan" not in hover_text(records[0], "output_throughput", "kv_tokens").lower()
     assert "min free VRAM (MiB): 8,000" in hover_text(records[0], "output_throughput", "kv_tokens")
     table = trials_table(frame, data.metric_names)
-    assert list(table["result"]) == ["feasible", "feasible", "oom", "nan"]
+    assert list(table["result"]) == ["ok", "ok", "failed: oom", "failed: nan"]
     assert table.loc[0, "output throughput (tok/s)"] == "150.0" and table.loc[2, "KV-cache tokens"] == "-"
     figure = pareto_plotly(frame)
     if figure is not None:
@@ -107,3 +107,26 @@ def test_a_missing_sqlite_file_is_an_error_not_a_new_database(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="does not exist"):
         load_study_data(f"sqlite:///{tmp_path}/nope.db")
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_a_table_for_people_has_formatted_numbers_and_no_empty_column() -> None:
+    import pandas as pd
+
+    from tuner.report.interactive import formatted_table
+
+    table = pd.DataFrame(
+        {
+            "trial": [0, 12],
+            "output_throughput": [171.804512, 149.812893],
+            "kv_tokens": [369211.0, None],
+            "sparse_backends": [None, None],
+            "mem-fraction-static": [0.85, 0.9],
+        }
+    )
+    shown = formatted_table(table)
+    assert list(shown.columns) == ["trial", "output_throughput", "kv_tokens", "mem-fraction-static"]
+    assert list(shown["output_throughput"]) == ["171.8", "149.8"]
+    assert list(shown["kv_tokens"]) == ["369,211", "-"] and list(shown["mem-fraction-static"]) == [
+        "0.85",
+        "0.90",
+    ]

@@ -26,7 +26,7 @@ from tuner.config import (
     Outcome,
     Phase,
 )
-from tuner.errors import StoreError
+from tuner.errors import ConfigError, StoreError
 from tuner.store.sql import SqlStore
 
 
@@ -169,6 +169,13 @@ class TestResultStoreContract:
         record(store, study="b")
 
         assert store.studies() == ("a", "b")
+
+    def test_a_space_whose_study_is_not_stored_is_refused_never_replaced(self, store: SqlStore) -> None:
+        record(store, study="a")
+        assert store.resolve_study(None) == "a"  # no --space: the only study
+        assert store.resolve_study(None, preferred="a") == "a"
+        with pytest.raises(ConfigError, match=r"its study 'b-v1' is not in .*\(studies there: a;"):
+            store.resolve_study(None, preferred="b-v1")
 
     def test_usable_from_another_thread(self, store: SqlStore) -> None:
         record(store)

@@ -86,3 +86,29 @@ def test_seed_and_sampler_override_the_space(tmp_path: Path) -> None:
     options = RunOptions(space=TINY, seed=7, sampler="tpe")
     space, name = _space_to_run(options, f"sqlite:///{tmp_path}/exp.db")
     assert (space.sampler.kind, space.sampler.seed, name) == ("tpe", 7, None)
+
+
+def test_a_study_stopped_after_5_of_12_launches_is_unfinished_whatever_its_asks() -> None:
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from tuner.study.resume import launches_done
+
+    study = optuna.create_study(directions=["maximize"])
+    dist = {"x": FloatDistribution(0, 1)}
+
+    def add(**attrs: object) -> None:
+        study.add_trial(
+            optuna.trial.create_trial(params={"x": 0.5}, distributions=dist, values=[1.0], user_attrs=attrs)
+        )
+
+    for _ in range(4):
+        add(outcome="ok")
+    for _ in range(6):
+        add(pruned=True, forbidden=True, rule="forbidden")
+    add(pruned=True, forbidden=False, rule="memory_model")
+    add(dedup_of=0)  # reuses trial 0: the falsy trial number must still read as "not launched"
+    study.set_user_attr("finalists", {"0": 1})  # one finalist repeat claimed: a launch of the budget
+    assert launches_done(study) == 5
+    stored = StoredStudy(name="s", space_path="x", space_text="", finished=launches_done(study), budget=12)
+    assert stored.unfinished and "5/12 launches" in stored.line()

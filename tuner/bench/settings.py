@@ -103,6 +103,8 @@ class SelfCheckSettings(Settings):
     cpu_share: float = Field(default=0.7, gt=0.0, le=1.0)  # client CPU time / wall: above, client-bound
     loop_lag_p99_s: Duration = Field(default=0.005, gt=0, validation_alias="loop_lag_p99")
     starved_wait_share: float = Field(default=0.2, gt=0.0, le=1.0)  # run-queue wait / runnable time
+    # starved: noisy only past this lag (calibrated: below it repeats agreed, see bench/selfcheck.py)
+    noisy_lag_p99_s: Duration = Field(default=0.025, gt=0, validation_alias="noisy_lag_p99")
     min_samples: int = Field(default=50, ge=1)  # lag samples (10 ms each) before judging at all
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tuner.cli import probe, profile, study
+from tuner.cli import capacity, probe, profile, study
 from tuner.errors import ExitCode, TunerError
 from tuner.interrupts import INTERRUPTS
 
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     study.register(sub)
     profile.register(sub)
     probe.register(sub)
+    capacity.register(sub)
     return parser
 
 

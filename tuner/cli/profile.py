@@ -243,10 +243,17 @@ def _as_choice(row: Any) -> Any:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from tuner.report.context import context_line
-    from tuner.report.detail import failures_frame, param_importances, requests_frame
+    from tuner.report.detail import capacity_frame, failures_frame, param_importances, requests_frame
     from tuner.report.frame import load_study_data, trials_frame
     from tuner.report.pareto import front_frame, pareto_front
-    from tuner.report.plots import history_plot, latency_plot, metric_vs_param_plot, pareto_plot, save_png
+    from tuner.report.plots import (
+        history_plot,
+        latency_plot,
+        metric_vs_param_plot,
+        pareto_plot,
+        per_gpu_per_user_plot,
+        save_png,
+    )
     from tuner.store.connect import database_url
     from tuner.store.sql import SqlStore
 
@@ -277,6 +284,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     save("trials.csv", lambda p: frame.to_csv(p, index=False))
     save("front.csv", lambda p: front_frame(data, front).to_csv(p, index=False))
     save("failures.csv", lambda p: failures_frame(data.rows).to_csv(p, index=False))
+    if data.capacity:
+        save("capacity.csv", lambda p: capacity_frame(data.capacity).to_csv(p, index=False))
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
@@ -284,6 +293,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     title = f"{data.name}: Pareto front"
     save("pareto.png", lambda p: save_png(pareto_plot(frame, title=title, context=context), p))
     save("history.png", lambda p: save_png(history_plot(frame, context=context), p))
+    save("per_gpu_per_user.png", lambda p: save_png(per_gpu_per_user_plot(frame, context=context), p))
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
         save("mem_fraction.png", lambda p: save_png(metric_vs_param_plot(frame, context=context), p))
@@ -291,6 +301,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:
-        save("latency.png", lambda p: save_png(latency_plot(requests), p))
+        save("latency.png", lambda p: save_png(latency_plot(requests, context=context), p))
     print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
     return 0

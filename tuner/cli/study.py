@@ -118,6 +118,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions.from_args(args)
     url = database_url(options.db)
     space, study_name = _space_to_run(options, url)
+    if space.search.finalists.capacity:
+        from tuner.capacity.run import slos_for
+
+        slos_for(space, ())  # refused before the study starts when the space has no SLO to measure under
     check_database(url, create=True)  # the database first: its mistakes are the likelier ones
     engine_for(space, state_root=None)  # a missing interpreter is refused before anything is written
     check_gpu_indices(space)  # so are GPUs the node does not have
@@ -184,6 +188,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if summary.exhausted:
         print(f"search stopped early: {summary.exhausted}")
+    if space.search.finalists.capacity and not summary.interrupted:
+        from tuner.capacity.run import finalists_capacity
+
+        for record in finalists_capacity(space, db_url=url, study=summary.study_name):
+            print(f"capacity {record.line()}")
     from tuner.report.status import print_status
 
     print_status(runner.store, summary.study_name, runner.study)
@@ -303,15 +312,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
+    from tuner.report.frame import load_study_data
     from tuner.store.connect import database_url
     from tuner.store.sql import SqlStore
+    from tuner.study.asks import classify, tally
 
     store = SqlStore(database_url(args.db), create=False)
     if args.show_space is not None:
         return _show_space(database_url(args.db), args.show_space)
     for name in store.studies():
-        rows = store.trials(name)
-        print(f"{name}\t{len(rows)} trials")
+        data = load_study_data(store.url, name)
+        counts = tally(classify(data.trials, data.rows))
+        repeats = sum(1 for r in data.rows if r.confirm_of is not None)
+        print(f"{name}\t{counts.asked} asks, {counts.launched} launches, {repeats} re-measurements")
     return 0
 
 

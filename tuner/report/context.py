@@ -58,6 +58,11 @@ def constraints_line(data: StudyData) -> str:
     return "constraints: " + "; ".join([*shown, "ran without failing and passed the gate"])
 
 
+def defines_slo(data: StudyData) -> bool:
+    """The study's space sets constraints of its own (an SLO), beyond running and passing the gate."""
+    return bool(_space(data).get("constraints"))
+
+
 def context_line(data: StudyData) -> str:
     """Workload and constraints in one line (for plot captions)."""
     return f"{workload_line(data)} | {constraints_line(data)}"

@@ -15,12 +15,15 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.config import Outcome
 from tuner.report.frame import EXCERPT_LINES, compact_params, failure_class
+from tuner.store.capacity import CapacityRecord
 from tuner.store.protocol import ResultStore
 from tuner.store.rows import StoredTrial
 
 __all__ = [
     "MIN_IMPORTANCE_TRIALS",
+    "capacity_frame",
     "Importances",
     "failures_by_class",
     "failures_frame",
@@ -33,8 +36,15 @@ __all__ = [
 
 
 def failures_by_class(rows: Sequence[StoredTrial]) -> Counter[str]:
-    """How many recorded trials ended in each failure class (SLO misses as slo_violation)."""
-    return Counter(c for r in rows if r.confirm_of is None and (c := failure_class(r)) is not None)
+    """How many launches ended in each failure class (SLO misses as slo_violation; pruned asks never
+    launched, so they are not failures: tuner.study.asks counts them by rule)."""
+    return Counter(
+        c for r in rows if r.confirm_of is None and _launched(r) and (c := failure_class(r)) is not None
+    )
+
+
+def _launched(row: StoredTrial) -> bool:
+    return row.outcome is not Outcome.PRUNED
 
 
 def failures_frame(rows: Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -> pd.DataFrame:
@@ -42,7 +52,7 @@ def failures_frame(rows: Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -
     records = []
     for r in rows:
         failure = failure_class(r)
-        if failure is None:
+        if failure is None or not _launched(r):
             continue
         excerpt = "\n".join((r.log_excerpt or "").splitlines()[-lines:])
         records.append(
@@ -73,6 +83,31 @@ def failures_frame(rows: Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -
         "log_path",
     ]
     return pd.DataFrame.from_records(records, columns=columns)
+
+
+def capacity_frame(records: Sequence[CapacityRecord]) -> pd.DataFrame:
+    """One row per load measured by `tuner capacity`: the trial, the SLOs, the load, pass or fail, why."""
+    out = []
+    for r in records:
+        for p in r.points:
+            medians = p.get("medians") or {}
+            out.append(
+                {
+                    "trial": r.trial_number,
+                    "row_id": r.row_id,
+                    "knob": r.knob,
+                    "slos": "; ".join(r.slos),
+                    "capacity": r.capacity,
+                    "load": p.get("load"),
+                    "passed": p.get("passed"),
+                    "runs": p.get("runs"),
+                    **{f"median_{k}": v for k, v in medians.items()},
+                    "why": p.get("why"),
+                    "outcome": r.outcome,
+                    "measured_at": r.created_at,
+                }
+            )
+    return pd.DataFrame.from_records(out)
 
 
 # -------------------------------------------------------------------------------- importances

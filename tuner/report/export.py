@@ -267,8 +267,29 @@ def build_profile(data: StudyData, choice: Choice, *, now: datetime | None = Non
         n_confirm=len(repeats),
         failed_confirms=tuple(r.outcome.value for r in repeats if not r.outcome.measured),
         reason=choice.reason,
-        context=study_context(data, number),
+        context=(
+            *_noisy_context(data, number),
+            *study_context(data, number),
+            *_capacity_context(data, row.id),
+        ),
     )
+
+
+def _noisy_context(data: StudyData, number: int | None) -> tuple[str, ...]:
+    """`measurement marked noisy: ...` when the exported trial's own measurement was."""
+    from tuner.study.asks import classify
+
+    ask = next((a for a in classify(data.trials, data.rows) if a.number == number), None)
+    return (f"measurement marked {ask.noisy}",) if ask is not None and ask.noisy else ()
+
+
+def _capacity_context(data: StudyData, row_id: int) -> tuple[str, ...]:
+    """The latest `tuner capacity` result of the exported trial, with every load it measured."""
+    record = data.capacity_of(row_id)
+    if record is None:
+        return ()
+    loads = ", ".join(f"{p['load']:g} {'pass' if p['passed'] else 'fail'}" for p in record.points)
+    return (f"capacity under SLO: {record.line()}; loads: {loads}",)
 
 
 def study_context(data: StudyData, chosen: int | None) -> tuple[str, ...]:

@@ -29,12 +29,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError
-from tuner.metrics import METRICS
+from tuner.metrics import METRICS, derived_values
 from tuner.secrets import readable_space_text
+from tuner.store.capacity import CapacityRecord, latest_by_row
+from tuner.store.capacity import load as load_capacity
 from tuner.store.codec import finite
 from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.rows import StoredTrial
 from tuner.store.sql import SqlStore
+from tuner.study.asks import classify, classify_trial
 
 __all__ = [
     "StudyData",
@@ -62,6 +65,11 @@ class StudyData:
     directions: tuple[str, ...] = ("maximize", "maximize")
     best_numbers: tuple[int, ...] | None = None  # Optuna's best_trials; None without an Optuna study
     space_text: str | None = None  # the space file stored with the study (workload, constraints)
+    capacity: tuple[CapacityRecord, ...] = ()  # `tuner capacity` runs of its trials, oldest first
+
+    def capacity_of(self, row_id: int) -> CapacityRecord | None:
+        """The latest capacity run of the trial row `row_id`."""
+        return latest_by_row(self.capacity).get(row_id)
 
     def row_of(self, number: int) -> StoredTrial | None:
         """The recorded measurement of Optuna trial `number` (a reused result maps to its original)."""
@@ -128,6 +136,7 @@ def load_study_data(url: str, study: str | None = None, *, preferred: str | None
         space_text=readable_space_text(text)
         if isinstance(text := loaded.user_attrs.get("space_text"), str)
         else None,
+        capacity=load_capacity(url, name),
     )
 
 
@@ -160,6 +169,7 @@ def measurements(row: StoredTrial) -> dict[str, float | None]:
         out[name] = finite(row.metrics.get(name)) if row.metrics else None
     out["kv_tokens"] = finite(row.kv_tokens)
     out["min_free_vram_mib"] = finite(row.min_free_mib)
+    out.update(derived_values(out, len(row.gpus)))
     return out
 
 
@@ -194,11 +204,21 @@ def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
 
 
 def _short_names(names: Iterable[str]) -> dict[str, str]:
-    """The first word of each param name where that is unambiguous, else the whole name."""
+    """The first word of each param name where that is unambiguous, else the last part of a dotted
+    name (`sparse_backends.prefill` -> `prefill`) where that is, else the whole name."""
     names = list(names)
     first = {n: n.replace("_", "-").split("-")[0] for n in names}
-    counts = Counter(first.values())
-    return {n: (first[n] if counts[first[n]] == 1 else n) for n in names}
+    last = {n: n.rsplit(".", 1)[-1] for n in names if "." in n}
+    counts = Counter([*first.values(), *last.values()])
+    out = {}
+    for n in names:
+        if counts[first[n]] == 1:
+            out[n] = first[n]
+        elif n in last and counts[last[n]] == 1:
+            out[n] = last[n]
+        else:
+            out[n] = n
+    return out
 
 
 def _show_value(value: Any) -> str:
@@ -243,6 +263,8 @@ _BASE_COLUMNS = (
     "pareto",
     "reused_from",
     "knobs",
+    "fate",
+    "noisy",
 )
 _TAIL_COLUMNS = (
     "startup_s",
@@ -253,6 +275,7 @@ _TAIL_COLUMNS = (
     "duration_s",
     "failure_message",
     "log_path",
+    "capacity",
 )
 
 
@@ -271,12 +294,14 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
         items = [(t.number, data.row_of(t.number), t) for t in data.trials]
     else:
         items = [(r.trial_number, r, None) for r in data.rows if r.confirm_of is None]
+    fates = {a.number: a for a in classify(data.trials, data.rows)}
     records = []
     for number, row, trial in items:
         params = dict(trial.params) if trial is not None else dict(row.params if row else {})
         if row is not None and not params:
             params = dict(row.params)
         reused = trial.user_attrs.get("dedup_of") if trial is not None else None
+        ask = fates.get(number) if number is not None else classify_trial(trial, row)
         rec: dict[str, Any] = {
             "trial": number,
             "row_id": row.id if row else None,
@@ -289,6 +314,8 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
             "pareto": number in front_set,
             "reused_from": reused if isinstance(reused, int) else None,
             "knobs": compact_params({k: params.get(k) for k in param_names if k in params}, short),
+            "fate": ask.fate.value if ask is not None else None,
+            "noisy": ask.noisy if ask is not None else None,
         }
         for name in param_names:
             column = name if name not in _BASE_COLUMNS and name not in MEASURED else f"param:{name}"
@@ -308,6 +335,7 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
                 "duration_s": (row.finished_at - row.started_at).total_seconds() if row else None,
                 "failure_message": row.failure_message if row else None,
                 "log_path": row.log_path if row else None,
+                "capacity": _capacity(data, row),
             }
         )
         records.append(rec)
@@ -318,6 +346,13 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     frame.attrs["metric_names"] = list(data.metric_names)
     frame.attrs["directions"] = list(data.directions)
     return frame
+
+
+def _capacity(data: StudyData, row: StoredTrial | None) -> str | None:
+    found = data.capacity_of(row.id) if row is not None else None
+    if found is None or found.capacity is None:
+        return None
+    return f"{found.capacity:g} {found.unit} within {', '.join(found.slos)}"
 
 
 def _param_names(data: StudyData) -> list[str]:

@@ -51,12 +51,14 @@ class HtmlReport:
     export_text: str  # the recommended launch script
     export_reason: str
     images: Sequence[tuple[str, str]]  # (caption, data URI)
+    asks: Sequence[str] = ()  # what became of the asks (tuner.study.asks.tally_lines)
+    capacity: Sequence[str] = ()  # `tuner capacity` results, one line per trial
 
 
 def png_data_uri(fig: Figure, *, dpi: int = 100) -> str:
     """A matplotlib figure as an inline PNG data URI."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
@@ -91,11 +93,13 @@ def _trials_table(frame: pd.DataFrame, status: Sequence[str]) -> str:
 
 def _failures(frame: pd.DataFrame) -> str:
     if frame.empty:
-        return "<p>No trial failed or missed a constraint.</p>"
+        return "<p>No launch failed or missed a constraint.</p>"
     parts = []
     for rec in frame.to_dict("records"):
         title = f"trial {rec['trial']}: {rec['failure']}" + (f" ({rec['phase']})" if rec.get("phase") else "")
-        log = f"<p class='note'>server log: {_esc(rec['log_path'])}</p>" if rec.get("log_path") else ""
+        path = rec.get("log_path")
+        present = isinstance(path, str) and bool(path)  # pandas puts NaN (truthy) where a path is missing
+        log = f"<p class='note'>server log: {_esc(path)}</p>" if present else ""
         parts.append(
             f"<details open><summary><b>{_esc(title)}</b> — {_esc(rec['message'])}</summary>"
             f"<p class='note'>{_esc(rec['params'])}</p>{log}"
@@ -103,6 +107,13 @@ def _failures(frame: pd.DataFrame) -> str:
             "</details>"
         )
     return "".join(parts)
+
+
+def _capacity(lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    items = "".join(f"<li>{_esc(line)}</li>" for line in lines)
+    return f"<h2>Capacity under SLO</h2><ul id='capacity'>{items}</ul>"
 
 
 def render_html(report: HtmlReport, *, plotly_source: str | None = None) -> str:
@@ -125,12 +136,14 @@ def render_html(report: HtmlReport, *, plotly_source: str | None = None) -> str:
 listed under the plot with their failure class, never drawn as values.</p>
 <div id="front">{report.front_html}</div>
 <p class="failed-list">{_esc(report.front_note)}</p>
+{_capacity(report.capacity)}
 <h2>Recommended launch</h2>
 <p>{_esc(report.export_reason)}</p>
 <pre id="export">{_esc(report.export_text)}</pre>
 <h2>All trials</h2>
+{"".join(f"<p class='note asks'>{_esc(line)}</p>" for line in report.asks)}
 {_trials_table(report.trials, report.trial_status)}
-<h2>Failures, with the log lines that prove them</h2>
+<h2>Failed launches, with the log lines that prove them</h2>
 {_failures(report.failures)}
 <h2>Memory, history and latency</h2>
 {images}

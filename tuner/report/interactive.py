@@ -12,10 +12,10 @@ from typing import Any
 
 import pandas as pd
 
-from tuner.metrics import HEADLINE, formatted, heading
-from tuner.report.plots import COLOURS, _axes_metrics, failure_list
+from tuner.metrics import HEADLINE, METRICS, formatted, heading
+from tuner.report.figure import COLOURS, axes_metrics, failure_list
 
-__all__ = ["hover_text", "pareto_plotly"]
+__all__ = ["formatted_table", "hover_text", "pareto_plotly", "trials_table"]
 
 
 def _present(value: Any) -> bool:
@@ -45,7 +45,7 @@ def pareto_plotly(
         import plotly.graph_objects as go
     except ImportError:
         return None
-    x, y = _axes_metrics(frame, metrics)
+    x, y = axes_metrics(frame, metrics)
     fig = go.Figure()
     for status in ("infeasible", "feasible"):
         part = frame[frame["status"] == status]
@@ -107,15 +107,16 @@ def pareto_plotly(
 
 
 def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """The trials for people: status or failure class (never NaN), formatted numbers, - where missing."""
+    """The asks for people, forbidden ones left out (they are a count): what became of each (ok,
+    constraint missed, failed with its class, pruned with its rule, reused; `noisy` marked), never
+    NaN; formatted numbers, - where missing."""
     columns = [*dict.fromkeys([*metrics, *HEADLINE])]
+    if "fate" in frame:
+        frame = frame[frame["fate"] != "forbidden"]
     out = pd.DataFrame(
         {
             "trial": frame["trial"],
-            "result": [
-                str(f) if _present(f) else str(st)
-                for f, st in zip(frame["failure"], frame["status"], strict=False)
-            ],
+            "result": [_result(rec) for rec in frame.to_dict("records")],
             "pareto": ["yes" if p else "" for p in frame["pareto"]],
             "knobs": frame["knobs"],
         }
@@ -124,3 +125,35 @@ def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
         if column in frame:
             out[heading(column)] = [formatted(column, v) for v in frame[column]]
     return out.reset_index(drop=True)
+
+
+def formatted_table(table: pd.DataFrame) -> pd.DataFrame:
+    """A table for people: columns with no value at all left out, numbers formatted by metric
+    (thousands separated, sensible decimals), - where missing. For display; CSV keeps raw values."""
+    keep = [c for c in table.columns if table[c].map(_present).any()]
+    out = table[keep].copy()
+    for column in keep:
+        values = out[column]
+        if column in ("trial", "n_confirm") or not any(isinstance(v, float) for v in values):
+            out[column] = [v if _present(v) else "-" for v in values]
+            continue
+        if str(column) in METRICS:
+            out[column] = [formatted(str(column), v) for v in values]
+            continue
+        small = pd.to_numeric(values, errors="coerce").abs().max() < 10
+        fmt = "{:,.2f}" if small else "{:,.1f}"
+        out[column] = [fmt.format(float(v)) if _present(v) else "-" for v in values]
+    return out.reset_index(drop=True)
+
+
+def _result(rec: Mapping[str, Any]) -> str:
+    fate = rec.get("fate")
+    if not _present(fate):
+        return str(rec["failure"]) if _present(rec.get("failure")) else str(rec["status"])
+    if fate == "failed" and _present(rec.get("failure")):
+        text = f"failed: {rec['failure']}"
+    elif fate == "reused" and _present(rec.get("reused_from")):
+        text = f"reused #{int(rec['reused_from'])}"
+    else:
+        text = str(fate)
+    return text + (" (noisy)" if _present(rec.get("noisy")) else "")

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from tuner.errors import ProfileError
-from tuner.report.context import constraints_line, workload_line
+from tuner.report.context import constraints_line, defines_slo, workload_line
 from tuner.report.detail import failures_frame, requests_frame
 from tuner.report.export import build_profile, select
 from tuner.report.frame import StudyData, trials_frame
 from tuner.report.html import HtmlReport, png_data_uri, render_html
 from tuner.report.interactive import pareto_plotly, trials_table
 from tuner.report.pareto import pareto_front
-from tuner.report.plots import failure_list, history_plot, latency_plot, metric_vs_param_plot
+from tuner.report.plots import (
+    failure_list,
+    history_plot,
+    latency_plot,
+    metric_vs_param_plot,
+    per_gpu_per_user_plot,
+)
 from tuner.report.profile import render_sh
+from tuner.report.status import pruned_lines
 from tuner.sglang.options import OptionTable, builtin_table
+from tuner.store.capacity import latest_by_row
 from tuner.store.sql import SqlStore
+from tuner.study.asks import classify, tally, tally_lines
 
 
 def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_source: str | None = None) -> str:
@@ -35,12 +44,23 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
         )
     if not frame.empty:
         images.append(("optimisation history", png_data_uri(history_plot(frame, context=context))))
+        images.append(
+            (
+                "output throughput per GPU against per user",
+                png_data_uri(per_gpu_per_user_plot(frame, context=context)),
+            )
+        )
     rows = list({r.id: r for n in front if (r := data.row_of(n)) is not None}.values())
     if rows:
         with SqlStore(data.url) as store:
             requests = requests_frame(store, rows)
         if not requests.empty:
-            images.append(("TTFT and TPOT of the Pareto-front trials", png_data_uri(latency_plot(requests))))
+            images.append(
+                (
+                    "TTFT and TPOT of the Pareto-front trials",
+                    png_data_uri(latency_plot(requests, context=context)),
+                )
+            )
     try:
         choice = select(data)
         profile = build_profile(data, choice)
@@ -56,7 +76,16 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
         if failure_list(frame)
         else "",
         trials=trials_table(frame, data.metric_names),
-        trial_status=[str(s) for s in frame.get("status", [])],
+        trial_status=[
+            str(s)
+            for s, f in zip(frame.get("status", []), frame.get("fate", []), strict=False)
+            if f != "forbidden"
+        ],
+        capacity=[record.line() for record in latest_by_row(data.capacity).values()],
+        asks=[
+            *tally_lines(tally(asks := classify(data.trials, data.rows)), has_slo=defines_slo(data)),
+            *pruned_lines(asks),
+        ],
         failures=failures_frame(data.rows),
         export_text=export_text,
         export_reason=reason,

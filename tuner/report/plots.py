@@ -16,51 +16,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend, works headless
 
-from tuner.metrics import heading
+from tuner.report.figure import COLOURS, caption, caption_lines, failure_list, label, save_png
+from tuner.report.front_plot import pareto_plot, per_gpu_per_user_plot
 
 __all__ = [
+    "COLOURS",
+    "failure_list",
     "history_plot",
     "latency_plot",
     "metric_vs_param_plot",
     "pareto_plot",
+    "per_gpu_per_user_plot",
     "save_png",
 ]
-
-COLOURS = {"feasible": "#1f77b4", "infeasible": "#ff7f0e", "failed": "#d62728"}
-
-
-def save_png(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
-    """Write the figure as a PNG (parent folders created); returns the path."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=dpi, bbox_inches="tight")
-    return out
-
-
-def _axes_metrics(frame: pd.DataFrame, metrics: Sequence[str] | None) -> tuple[str, str]:
-    names = list(metrics or frame.attrs.get("metric_names") or ("output_throughput", "kv_tokens"))
-    if len(names) == 1:
-        names.append("kv_tokens" if names[0] != "kv_tokens" else "output_throughput")
-    return names[0], names[1]
-
-
-def _caption(fig: Figure, context: str | None) -> None:
-    if context:
-        fig.text(0.01, 0.002, context, fontsize=7, color="0.3", ha="left", va="bottom", wrap=True)
-
-
-def failure_list(frame: pd.DataFrame, limit: int = 14) -> str:
-    """`#3 oom, #5 nan, ...` for the failed trials (their class; never a value)."""
-    failed = frame[frame["status"] == "failed"].sort_values("trial")
-    items = [f"#{r['trial']} {r['failure'] or 'failed'}" for _, r in failed.iterrows()]
-    more = f", +{len(items) - limit} more" if len(items) > limit else ""
-    return ", ".join(items[:limit]) + more
 
 
 def _failure_strip(ax: Any, xs: Sequence[Any], labels: Sequence[Any], xlabel: str) -> None:
@@ -82,101 +55,6 @@ def _failure_strip(ax: Any, xs: Sequence[Any], labels: Sequence[Any], xlabel: st
     )
     ax.set_xlabel(xlabel)
     ax.grid(True, axis="x", alpha=0.3)
-
-
-def pareto_plot(
-    frame: pd.DataFrame,
-    metrics: Sequence[str] | None = None,
-    *,
-    title: str | None = None,
-    annotate: bool = True,
-    context: str | None = None,
-) -> Figure:
-    """Objective 0 against objective 1: feasible and infeasible trials; the front ringed, joined and labelled.
-
-    Failed trials have no measurement: they are listed below the axes with their failure class, not drawn.
-    """
-    x, y = _axes_metrics(frame, metrics)
-    fig = Figure(figsize=(9, 6.4))
-    ax = fig.subplots()
-    for status in ("infeasible", "feasible"):
-        part = frame[frame["status"] == status]
-        if part.empty:
-            continue
-        label = {"infeasible": "infeasible (ran, missed a constraint)"}.get(status, status)
-        ax.scatter(
-            pd.to_numeric(part[x], errors="coerce"),
-            pd.to_numeric(part[y], errors="coerce"),
-            c=COLOURS[status],
-            marker="o",
-            s=46,
-            alpha=0.85,
-            label=f"{label}: {len(part)}",
-            zorder=3,
-        )
-    front = frame[frame["pareto"]].sort_values(x)
-    if not front.empty:
-        ax.scatter(
-            front[x],
-            front[y],
-            s=170,
-            facecolors="none",
-            edgecolors="black",
-            linewidths=1.6,
-            label=f"Pareto front: {len(front)}",
-            zorder=4,
-        )
-        ax.plot(front[x], front[y], color="black", linewidth=0.8, linestyle="--", zorder=2)
-        if annotate:
-            _label_front(ax, front, x, y)
-    n_failed = int((frame["status"] == "failed").sum())
-    if n_failed:
-        ax.scatter(
-            [],
-            [],
-            c=COLOURS["failed"],
-            marker="x",
-            label=f"failed, not plotted (no trusted value): {n_failed}",
-        )
-        ax.text(
-            0.0,
-            -0.13,
-            "failed: " + failure_list(frame),
-            transform=ax.transAxes,
-            fontsize=8,
-            color=COLOURS["failed"],
-            va="top",
-            wrap=True,
-        )
-    ax.set_xlabel(heading(x))
-    ax.set_ylabel(heading(y))
-    ax.set_title(title or f"{heading(x)} vs {heading(y)}: {len(frame)} trials")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout(rect=(0, 0.06 if (n_failed or context) else 0, 1, 1))
-    _caption(fig, context)
-    return fig
-
-
-def _label_front(ax: Any, front: pd.DataFrame, x: str, y: str) -> None:
-    """One box per distinct front point ("#1,#6" when a reused result sits on its original)."""
-    groups: dict[tuple[float, float], list[Any]] = {}
-    for _, rec in front.iterrows():
-        groups.setdefault((float(rec[x]), float(rec[y])), []).append(rec)
-    middle = (front[x].min() + front[x].max()) / 2
-    for (px, py), recs in groups.items():
-        numbers = ",".join(f"#{r['trial']}" for r in recs)
-        right = len(groups) > 1 and px > middle
-        ax.annotate(
-            f"{numbers}  {recs[0]['knobs']}",
-            (px, py),
-            textcoords="offset points",
-            xytext=(-8 if right else 8, 8),
-            ha="right" if right else "left",
-            fontsize=8,
-            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.7", "alpha": 0.9},
-            zorder=5,
-        )
 
 
 def metric_vs_param_plot(
@@ -207,7 +85,7 @@ def metric_vs_param_plot(
                 marker="o",
                 label=status,
             )
-        ax.set_ylabel(heading(metric))
+        ax.set_ylabel(label(metric))
         ax.grid(True, alpha=0.3)
         if strip:
             _failure_strip(
@@ -220,14 +98,16 @@ def metric_vs_param_plot(
             ax.set_xlabel(param)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"metrics vs {param}")
-    fig.tight_layout(rect=(0, 0.05 if context else 0, 1, 1))
-    _caption(fig, context)
+    fig.tight_layout(rect=(0, _bottom(fig, context), 1, 1))
+    caption(fig, context)
     return fig
 
 
-def latency_plot(requests: pd.DataFrame, *, trials: Sequence[int] | None = None) -> Figure:
+def latency_plot(
+    requests: pd.DataFrame, *, trials: Sequence[int] | None = None, context: str | None = None
+) -> Figure:
     """TTFT and TPOT distributions (ECDF over every successful request) of the chosen trials."""
-    fig = Figure(figsize=(11, 4))
+    fig = Figure(figsize=(11, 4.4))
     axes = fig.subplots(1, 2)
     ok = requests[requests["success"].astype(bool)] if "success" in requests else requests
     chosen = list(trials) if trials is not None else sorted(ok["trial"].dropna().unique().tolist())
@@ -247,8 +127,14 @@ def latency_plot(requests: pd.DataFrame, *, trials: Sequence[int] | None = None)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.suptitle("latency distributions of the chosen trials")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, _bottom(fig, context), 1, 1))
+    caption(fig, context)
     return fig
+
+
+def _bottom(fig: Figure, context: str | None) -> float:
+    """The figure fraction the caption takes at the bottom."""
+    return 0.0 if not context else (0.16 * caption_lines(context) + 0.08) / fig.get_figheight()
 
 
 def history_plot(
@@ -288,7 +174,7 @@ def history_plot(
         ax.step(
             ordered["trial"], line, where="post", color="black", linewidth=1, label="best feasible so far"
         )
-        ax.set_ylabel(heading(metric))
+        ax.set_ylabel(label(metric))
         ax.grid(True, alpha=0.3)
     axes[0][0].legend(fontsize=8)
     if not failed.empty:
@@ -296,6 +182,6 @@ def history_plot(
     else:
         axes[-1][0].set_xlabel("trial")
     fig.suptitle("optimisation history")
-    fig.tight_layout(rect=(0, 0.04 if context else 0, 1, 1))
-    _caption(fig, context)
+    fig.tight_layout(rect=(0, _bottom(fig, context), 1, 1))
+    caption(fig, context)
     return fig

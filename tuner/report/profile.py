@@ -186,9 +186,25 @@ def render_sh(profile: Profile, table: OptionTable) -> str:
             out.append(f"export {key}")
         else:
             out.append(f"export {key}={_word(value)}")
-    body = [" ".join(_word(t) for t in launcher), *_flag_lines(flags)]
+    head, interpreter = _portable_launcher(launcher)
+    if interpreter:
+        out.insert(-2, f"# The study ran {interpreter}; PYTHON=/path/to/python bash this.sh to choose one.")
+    body = [head, *_flag_lines(flags)]
     out.append("exec " + " \\\n    ".join(body))
     return "\n".join(out) + "\n"
+
+
+def _portable_launcher(launcher: Sequence[str]) -> tuple[str, str | None]:
+    """The launcher as a shell words: an absolute path to a Python interpreter (a venv's, which means
+    nothing on another machine) becomes "${PYTHON:-python3}"; returns it and the path it replaced."""
+    if (
+        launcher
+        and launcher[0].startswith("/")
+        and re.fullmatch(r"python[0-9.]*", launcher[0].rsplit("/", 1)[-1])
+    ):
+        rest = " ".join(_word(t) for t in launcher[1:])
+        return f'"${{PYTHON:-python3}}" {rest}'.rstrip(), launcher[0]
+    return " ".join(_word(t) for t in launcher), None
 
 
 # -------------------------------------------------------------------------------------- YAML

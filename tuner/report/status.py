@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import re
 import statistics
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from tuner.config import Outcome
 from tuner.errors import ReportError
-from tuner.metrics import heading
-from tuner.report.detail import failures_by_class
+from tuner.metrics import METRICS
+from tuner.report.context import defines_slo
 from tuner.report.frame import (
     StudyData,
     load_study_data,
@@ -25,10 +29,10 @@ from tuner.report.frame import (
     trials_frame,
 )
 from tuner.report.pareto import pareto_front
+from tuner.store.capacity import latest_by_row
+from tuner.store.capacity import load as load_capacity
 from tuner.store.protocol import ResultStore
-
-_COLUMNS = ("kv_tokens", "output_throughput", "min_free_vram_mib")  # headings from tuner.metrics
-_STATUS_STYLE = {"feasible": "green", "infeasible": "yellow", "failed": "red", "pruned": "cyan"}
+from tuner.study.asks import Ask, Fate, classify, tally, tally_lines
 
 
 def study_data(store: ResultStore, study_name: str, study: optuna.Study | None) -> StudyData:
@@ -45,14 +49,95 @@ def study_data(store: ResultStore, study_name: str, study: optuna.Study | None) 
         metric_names=tuple(study.metric_names or ()),
         directions=directions,
         best_numbers=best,
+        space_text=text if isinstance(text := study.user_attrs.get("space_text"), str) else None,
+        capacity=load_capacity(store.url, study_name),
     )
+
+
+# The metric columns every status table shows (short headers), then the study's other objectives.
+STATUS_METRICS = {"output_throughput": "out tok/s", "kv_tokens": "KV tokens", "min_free_vram_mib": "free MiB"}
+NOISY_MARK = "~"
+
+
+def _metric_columns(data: StudyData) -> dict[str, str]:
+    columns = dict(STATUS_METRICS)
+    for name in data.metric_names:
+        if name not in columns and name in METRICS:
+            unit = METRICS[name].unit
+            columns[name] = name.removesuffix(f"_{unit}").replace("_", " ") + (f" {unit}" if unit else "")
+    return columns
+
+
+def status_table(data: StudyData, front: Sequence[int], *, has_slo: bool = False) -> Table:
+    """One row per launch (and per reused or running ask): #, status, every metric, knobs and why.
+
+    The number, status and metric columns never wrap or shrink; the knobs (with the reason on a
+    line of its own) wrap, so the table reads at any width from 80 columns up and when piped.
+    """
+    frame = trials_frame(data, front)
+    asks = {a.number: a for a in classify(data.trials, data.rows)}
+    metrics = _metric_columns(data)
+    shown = [r for r in frame.to_dict("records") if _in_table(asks.get(int(r["trial"])))]
+    title = f"study {data.name}: {len(shown)} of {len(frame)} asks shown (launches, reused, running)"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
+    table.add_column("#", justify="right", no_wrap=True, min_width=3)
+    table.add_column("status", no_wrap=True)
+    for header in metrics.values():
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("knobs, and why", overflow="fold", min_width=12)  # the one column that wraps
+    for rec in shown:
+        number = int(rec["trial"])
+        ask = asks.get(number)
+        values, spread = _with_repeats(data, number, rec)
+        label, style = _status_label(ask, rec, has_slo)
+        reused = f"same launch as #{int(rec['reused_from'])}" if _present(rec["reused_from"]) else ""
+        message = str(rec["failure_message"]) if _present(rec["failure_message"]) else ""
+        table.add_row(
+            f"{number}{'*' if rec['pareto'] else ''}",
+            f"[{style}]{label}[/{style}]",
+            *(_num(values.get(name)) for name in metrics),
+            _knobs_and_why(str(rec["knobs"]), spread or reused or _first_line(message)),
+        )
+    return table
+
+
+def _first_line(message: str, limit: int = 200) -> str:
+    line = (message.splitlines() or [""])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _knobs_and_why(knobs: str, why: str) -> Text:
+    text = Text(knobs)
+    if why:
+        text.append("\n" + why, style="dim")
+    return text
+
+
+def _in_table(ask: Ask | None) -> bool:
+    return ask is None or ask.fate.launched or ask.fate in (Fate.REUSED, Fate.RUNNING, Fate.RETRIED)
+
+
+def _status_label(ask: Ask | None, rec: dict[str, Any], has_slo: bool) -> tuple[str, str]:
+    if ask is None:
+        return str(rec["status"]), "dim"
+    noisy = NOISY_MARK if ask.noisy else ""
+    if ask.fate is Fate.OK:
+        return f"ok{noisy}", "green"
+    if ask.fate is Fate.CONSTRAINT_MISSED:
+        return f"{'SLO' if has_slo else 'constraint'} missed{noisy}", "yellow"
+    if ask.fate in (Fate.FAILED, Fate.RETRIED):
+        return str(ask.failure or "failed"), "red"
+    if ask.fate is Fate.REUSED:
+        return "reused", "dim"
+    return ask.fate.value, "cyan"
 
 
 def print_status(
     store: ResultStore, study_name: str, study: optuna.Study | None, console: Any = None
 ) -> None:
-    """Trials (knobs in one compact column), failures by class and the Pareto front, as tables."""
-    console = console or Console(width=None if sys.stdout.isatty() else 200)
+    """The launches table, what became of every ask, the pruned asks by rule, and the Pareto front."""
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ  # rich reads COLUMNS itself
+    console = console or Console(width=160 if piped else None)
     data = study_data(store, study_name, study)
     try:
         front = pareto_front(data)
@@ -60,45 +145,21 @@ def print_status(
     except ReportError as exc:
         front = pareto_front(data, strict=False)
         trouble = str(exc)
-    frame = trials_frame(data, front)
-    table = Table(title=f"study {data.name}: {len(frame)} trials asked", title_justify="left")
-    table.add_column("#", justify="right", no_wrap=True, min_width=3)
-    table.add_column("status", no_wrap=True, min_width=8)
-    table.add_column("knobs", no_wrap=True, overflow="ellipsis", min_width=24)
-    for metric in _COLUMNS:
-        table.add_column(heading(metric), justify="right", no_wrap=True, min_width=7)
-    table.add_column("why", overflow="ellipsis", no_wrap=True, max_width=60)
-    forbidden = {t.number for t in data.trials if t.user_attrs.get("forbidden")}
-    for rec in frame.to_dict("records"):
-        if rec["trial"] in forbidden:
-            continue  # asks the space forbids (e.g. a backend pair not among its choices): counted below
-        failure = rec["failure"] if _present(rec["failure"]) else None
-        status = rec["status"] if failure in (None, "slo_violation") else str(failure)
-        style = _STATUS_STYLE.get(rec["status"], "dim")
-        mark = "*" if rec["pareto"] else ""
-        reused = f"same launch as #{int(rec['reused_from'])}" if _present(rec["reused_from"]) else ""
-        message = str(rec["failure_message"]) if _present(rec["failure_message"]) else ""
-        values, spread = _with_repeats(data, int(rec["trial"]), rec)
-        table.add_row(
-            f"{rec['trial']}{mark}",
-            f"[{style}]{status}[/{style}]",
-            rec["knobs"],
-            *(_num(values.get(metric)) for metric in _COLUMNS),
-            spread or reused or (message.splitlines() or [""])[0][:120],
-        )
-    console.print(table)
-    legend = param_legend(frame.attrs.get("params", []))
+    has_slo = defines_slo(data)
+    console.print(status_table(data, front, has_slo=has_slo))
+    legend = param_legend(trials_frame(data, front).attrs.get("params", []))
     if legend:
         console.print(f"[dim]knobs: {legend}[/dim]")
-    fails = failures_by_class(data.rows)
-    if fails:
-        console.print("failures by class: " + ", ".join(f"{k}={v}" for k, v in fails.most_common()))
-    waiting = sum(1 for t in data.trials if t.state is TrialState.WAITING)
-    reused_n = int(frame["reused_from"].notna().sum()) if len(frame) else 0
-    console.print(
-        f"Pareto front (* above) over {', '.join(data.metric_names)}: trials {list(front) or '-'}; "
-        f"{reused_n} suggestions reused an earlier measurement; {waiting} waiting"
-    )
+    asks = classify(data.trials, data.rows)
+    for line in tally_lines(tally(asks), has_slo=has_slo):
+        console.print(line)
+    for line in pruned_lines(asks):
+        console.print(line)
+    for line in noisy_lines(asks):
+        console.print(f"[dim]{line}[/dim]")
+    console.print(f"Pareto front (* above) over {', '.join(data.metric_names)}: trials {list(front) or '-'}")
+    for line in capacity_lines(data):
+        console.print(line)
     for line in running_lines(data):
         console.print(line)
     search = search_summary(data)
@@ -106,6 +167,40 @@ def print_status(
         console.print(search)
     if trouble:
         console.print(f"[bold red]warning:[/bold red] {trouble}")
+
+
+def noisy_lines(asks: Sequence[Ask]) -> list[str]:
+    """`~ marked noisy: other processes kept ...: #0 (lag p99 9.1 ms), #6 (...)`: one line per reason."""
+    groups: dict[str, list[str]] = {}
+    for ask in asks:
+        if ask.noisy and ask.fate.measured:
+            head, _, detail = ask.noisy.partition(" (")
+            lag = re.search(r"lag p99 ([^,)]+)", detail)
+            groups.setdefault(head, []).append(
+                f"#{ask.number}" + (f" (lag p99 {lag.group(1)})" if lag else "")
+            )
+    return [f"{NOISY_MARK} marked {head}: {', '.join(items)}" for head, items in groups.items()]
+
+
+def pruned_lines(asks: Sequence[Ask], limit: int = 12) -> list[str]:
+    """`pruned by nan_pair (3): #4, #7, #9`: the asks pruned without a launch, grouped by rule."""
+    groups: dict[str, list[int]] = {}
+    for ask in asks:
+        if ask.fate in (Fate.PRUNED_RULE, Fate.PRUNED_MEMORY):
+            groups.setdefault(ask.rule or ask.fate.value, []).append(ask.number)
+    lines = []
+    for rule, numbers in groups.items():
+        shown = ", ".join(f"#{n}" for n in numbers[:limit]) + (
+            f", +{len(numbers) - limit} more" if len(numbers) > limit else ""
+        )
+        lines.append(f"  pruned by {rule.replace('_', ' ')} ({len(numbers)}): {shown}")
+    return lines
+
+
+def capacity_lines(data: StudyData) -> list[str]:
+    """`capacity under SLO: #13: 10.4 req/s within ttft_p99_ms<=2000 (...)`, the latest run per trial."""
+    latest = latest_by_row(data.capacity)
+    return [f"capacity under SLO: {record.line()}" for record in latest.values()]
 
 
 def running_lines(data: StudyData, now: datetime | None = None) -> list[str]:
@@ -125,10 +220,7 @@ def running_lines(data: StudyData, now: datetime | None = None) -> list[str]:
 
 
 def search_summary(data: StudyData) -> str:
-    """Launches, suggestions pruned without a launch, and how well the memory model predicted."""
-    forbidden = sum(1 for t in data.trials if t.user_attrs.get("forbidden"))
-    pruned = sum(1 for r in data.rows if r.outcome is Outcome.PRUNED) - forbidden
-    launched = sum(1 for r in data.rows if r.launch is not None and r.confirm_of is None)
+    """Re-measurements and how well the memory model predicted KV tokens and free VRAM."""
     repeats = sum(1 for r in data.rows if r.confirm_of is not None)
     kv_err: list[float] = []
     free_err: list[float] = []
@@ -140,18 +232,14 @@ def search_summary(data: StudyData) -> str:
             a.get("min_free_vram_mib"), (int, float)
         ):
             free_err.append(abs(a["pred_min_free_mib"] - a["min_free_vram_mib"]))
-    parts = [
-        f"{launched} launches",
-        f"{repeats} re-measurements",
-        f"{pruned} suggestions pruned without a launch",
-    ]
+    parts = [f"{repeats} re-measurements"] if repeats else []
     if kv_err:
         parts.append(
             f"memory model: KV tokens within {statistics.median(kv_err):.1f}% (median of {len(kv_err)})"
         )
     if free_err:
         parts.append(f"free VRAM within {statistics.median(free_err):,.0f} MiB (median of {len(free_err)})")
-    return "search: " + "; ".join(parts) if (pruned or repeats or kv_err) else ""
+    return "search: " + "; ".join(parts) if parts else ""
 
 
 def _with_repeats(data: StudyData, number: int, rec: dict[str, Any]) -> tuple[dict[str, Any], str]:

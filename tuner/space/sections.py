@@ -228,6 +228,7 @@ class Finalists(Settings):
 
     count: int = Field(default=3, ge=0)  # candidates re-measured; 0 turns it off
     repeats: int = Field(default=2, ge=0)  # launches of each, on top of its first measurement
+    capacity: bool = False  # after the budget, `tuner capacity` for each finalist under the space's SLOs
 
 
 class SearchSettings(Settings):

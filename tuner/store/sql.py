@@ -265,15 +265,20 @@ class SqlStore:
         return tuple(names)
 
     def resolve_study(self, name: str | None, *, preferred: str | None = None) -> str:
-        """The study a command means: `name` if given (it must exist), else `preferred` (a space's
-        study) if the database has it, else the database's only study; ConfigError otherwise."""
+        """The study a command means: `name` if given, else `preferred` (the study of a --space given);
+        either must exist. With neither, the database's only study; ConfigError otherwise."""
         names = self.studies()
         listed = ", ".join(names) or "none"
         if name is not None:
             if name not in names:
                 raise ConfigError(f"study {name!r}: not in {mask_url(self.url)} (studies there: {listed})")
             return name
-        if preferred is not None and preferred in names:
+        if preferred is not None:
+            if preferred not in names:
+                raise ConfigError(
+                    f"--space: its study {preferred!r} is not in {mask_url(self.url)} "
+                    f"(studies there: {listed}; pass --study NAME or the space file of one of them)"
+                )
             return preferred
         if len(names) == 1:
             return names[0]

@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 from tuner.errors import ConfigError
 from tuner.secrets import readable_space_text, redact_space_text, secret_values
 from tuner.space.loader import SearchSpace
+from tuner.study import finalists
 
 SPACE_TEXT = "space_text"
 SPACE_PATH = "space_path"
@@ -38,7 +39,7 @@ class StoredStudy:
     name: str
     space_path: str | None
     space_text: str | None
-    finished: int  # COMPLETE trials
+    finished: int  # launches finished, as the budget counts them (asks told without a launch are free)
     budget: int | None  # the stored space's budget.n_trials; None = no trial cap
 
     @property
@@ -47,7 +48,7 @@ class StoredStudy:
 
     def line(self) -> str:
         budget = f"{self.finished}/{self.budget}" if self.budget else f"{self.finished}/∞"
-        return f"{self.name} ({budget} trials; space {self.space_path or 'not stored'})"
+        return f"{self.name} ({budget} launches; space {self.space_path or 'not stored'})"
 
 
 def space_changes(before: str, after: str) -> list[str]:
@@ -153,7 +154,7 @@ def stored_studies(storage: optuna.storages.BaseStorage) -> list[StoredStudy]:
         text = attrs.get(SPACE_TEXT)
         path = attrs.get(SPACE_PATH)
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
-        finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        finished = launches_done(study)
         out.append(
             StoredStudy(
                 name=summary.study_name,
@@ -164,6 +165,13 @@ def stored_studies(storage: optuna.storages.BaseStorage) -> list[StoredStudy]:
             )
         )
     return out
+
+
+def launches_done(study: optuna.Study) -> int:
+    """Finished launches and claimed finalist repeats: what `run`'s budget counts, never asks."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    state = study.user_attrs.get(finalists.STATE_ATTR) or {}
+    return finalists.launch_counts(done, state)[0]
 
 
 def _budget(text: str) -> int | None:

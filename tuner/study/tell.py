@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Failure, Outcome, Phase, TrialConfig, Verdict
@@ -25,6 +27,7 @@ from tuner.search.policy import Decision
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective
 from tuner.store.sql import SqlStore
+from tuner.study.asks import Fate
 from tuner.study.durable import mark_pending
 from tuner.study.learn import PRUNED, evidence_attrs
 from tuner.study.storage import objectives_of, state_label
@@ -64,6 +67,7 @@ class Teller:
         failure = result.failure
         attrs: dict[str, Any] = {
             "state": state_label(verdict.outcome.value, verdict.feasible, verdict.retryable),
+            "fate": _launch_fate(verdict).value,  # what the views call it (tuner.study.asks)
             "outcome": verdict.outcome.value,
             "feasible": verdict.feasible,
             "failure": failure.outcome.value if failure else None,
@@ -89,6 +93,7 @@ class Teller:
             return verdict
         for key, value in verdict.constraints.items():
             trial.set_constraint(key, value)
+        self._dashboard_constraints(trial, verdict.constraints)
         mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
         self._record(trial.number, result, params, chash, verdict)
         self.study.tell(trial, list(verdict.values))
@@ -112,6 +117,7 @@ class Teller:
         rule = decision.rule
         attrs: dict[str, Any] = {
             "state": f"PRUNED: {decision.reason[:120]}",
+            "fate": (Fate.FORBIDDEN if forbidden else Fate.PRUNED_RULE if rule else Fate.PRUNED_MEMORY).value,
             PRUNED: True,
             "forbidden": forbidden,
             "outcome": Outcome.PRUNED.value,
@@ -127,6 +133,7 @@ class Teller:
         for key, value in verdict.constraints.items():
             trial.set_user_attr(f"c_{key}", value)
             trial.set_constraint(key, value)
+        self._dashboard_constraints(trial, verdict.constraints)
         mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
         self._record(trial.number, result, params, chash, verdict)
         self.study.tell(trial, list(verdict.values))
@@ -134,13 +141,24 @@ class Teller:
 
     def reused(self, trial: optuna.Trial, prior: FrozenTrial) -> None:
         """Tell a trial whose effective launch was already measured with that measurement."""
-        for key, value in prior.constraints.items():
+        named = {k: v for k, v in prior.constraints.items() if not k.isdigit()}  # not the dashboard's list
+        for key, value in named.items():
             trial.set_constraint(key, value)
+        self._dashboard_constraints(trial, named)
         for key in ("state", "outcome", "feasible", "failure", "kv_tokens", "output_throughput"):
             if key in prior.user_attrs:
                 trial.set_user_attr(key, prior.user_attrs[key])
         trial.set_user_attr("dedup_of", prior.number)
+        trial.set_user_attr("fate", Fate.REUSED.value)
         self.study.tell(trial, list(prior.values))
+
+    def _dashboard_constraints(self, trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
+        """The constraints again as Optuna's older list attribute: optuna-dashboard (0.21) reads only
+        that one to grey infeasible trials and keep them off its Pareto front. Optuna reads the list
+        back as extra keys "0", "1", ... of `FrozenTrial.constraints`, with the same feasibility."""
+        if constraints:
+            values = [float(v) for v in constraints.values()]
+            self.study._storage.set_trial_system_attr(trial._trial_id, _CONSTRAINTS_KEY, values)
 
     def _record(
         self, number: int | None, result: TrialResult, params: dict[str, Any], chash: str, verdict: Verdict
@@ -187,6 +205,14 @@ def _worst_seen(study: optuna.Study, objectives: tuple[Objective, ...]) -> dict[
         if obj.direction == "minimize" and trials:
             worst[obj.metric] = max(t.values[i] for t in trials)
     return worst
+
+
+def _launch_fate(verdict: Verdict) -> Fate:
+    if verdict.retryable:
+        return Fate.RETRIED
+    if verdict.outcome.measured:
+        return Fate.OK if verdict.feasible else Fate.CONSTRAINT_MISSED
+    return Fate.FAILED
 
 
 def not_launched(config: TrialConfig, sglang_version: str, outcome: Outcome, message: str) -> TrialResult:

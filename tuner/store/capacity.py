@@ -1,0 +1,144 @@
+"""Capacity results, stored with the trial they measured: the table `tuner_capacity` (its own table).
+
+Created when a capacity run opens the database (the tuner's other tables are left as they are);
+read by `status`, the report and the export, which find no capacity where the table is absent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from tuner.errors import StoreError
+from tuner.store.connect import make_engine, mask_url
+
+TABLE = "tuner_capacity"
+_META = sa.MetaData()
+capacity_table = sa.Table(
+    TABLE,
+    _META,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study", sa.String(255), nullable=False, index=True),
+    sa.Column("trial_number", sa.Integer, nullable=True),
+    sa.Column("row_id", sa.Integer, nullable=False),  # the trial's row in tuner_trials
+    sa.Column("config_hash", sa.String(64), nullable=False),
+    sa.Column("knob", sa.String(32), nullable=False),  # request_rate | concurrency
+    sa.Column("slos", sa.Text, nullable=False),  # JSON list of "metric<=bound"
+    sa.Column("capacity", sa.Float, nullable=True),  # None: no load met the SLOs
+    sa.Column("points_json", sa.Text, nullable=False),  # every measurement: load, pass, SLO metrics
+    sa.Column("outcome", sa.String(32), nullable=False),  # ok | the launch's failure class
+    sa.Column("message", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CapacityRecord:
+    """One capacity run of one trial's configuration."""
+
+    study: str
+    trial_number: int | None
+    row_id: int
+    config_hash: str
+    knob: str
+    slos: tuple[str, ...]
+    capacity: float | None
+    points: tuple[dict[str, Any], ...]  # {"load", "passed", "runs", "medians", "why"} per load
+    outcome: str
+    message: str | None = None
+    created_at: datetime | None = None
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.knob == "request_rate" else "concurrent requests"
+
+    def line(self) -> str:
+        """`#13: 4.2 req/s within ttft_p99_ms<=2000 (7 loads measured, 11 runs)`."""
+        who = f"#{self.trial_number}" if self.trial_number is not None else f"row {self.row_id}"
+        runs = sum(int(p.get("runs", 1)) for p in self.points)
+        found = f"{self.capacity:g} {self.unit}" if self.capacity is not None else "no load met the SLOs"
+        if self.capacity is not None and all(p.get("passed") for p in self.points):
+            found = f"at least {found} (no load measured failed)"
+        if self.outcome != "ok":
+            found = f"not measured ({self.outcome}: {self.message or ''})"
+        return (
+            f"{who}: {found} within {', '.join(self.slos)} ({len(self.points)} loads measured, {runs} runs)"
+        )
+
+
+def save(url: str, record: CapacityRecord) -> int:
+    """Store a capacity run (the table is created if absent); returns its id."""
+    engine = make_engine(url)
+    try:
+        _META.create_all(engine, tables=[capacity_table], checkfirst=True)
+        with engine.begin() as conn:
+            result = conn.execute(
+                capacity_table.insert().values(
+                    study=record.study,
+                    trial_number=record.trial_number,
+                    row_id=record.row_id,
+                    config_hash=record.config_hash,
+                    knob=record.knob,
+                    slos=json.dumps(list(record.slos)),
+                    capacity=record.capacity,
+                    points_json=json.dumps(list(record.points)),
+                    outcome=record.outcome,
+                    message=record.message,
+                    created_at=record.created_at or datetime.now(timezone.utc),
+                )
+            )
+            key = result.inserted_primary_key
+            return int(key[0]) if key else 0
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(
+            f"experiments database {mask_url(url)}: cannot store a capacity result: {exc}"
+        ) from exc
+    finally:
+        engine.dispose()
+
+
+def load(url: str, study: str) -> tuple[CapacityRecord, ...]:
+    """The capacity runs of a study, oldest first (none where the table does not exist)."""
+    engine = make_engine(url)
+    try:
+        if not sa.inspect(engine).has_table(TABLE):
+            return ()
+        t = capacity_table
+        with engine.connect() as conn:
+            rows = conn.execute(sa.select(t).where(t.c.study == study).order_by(t.c.id)).mappings().all()
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(
+            f"experiments database {mask_url(url)}: cannot read capacity results: {exc}"
+        ) from exc
+    finally:
+        engine.dispose()
+    return tuple(
+        CapacityRecord(
+            study=r["study"],
+            trial_number=r["trial_number"],
+            row_id=r["row_id"],
+            config_hash=r["config_hash"],
+            knob=r["knob"],
+            slos=tuple(json.loads(r["slos"])),
+            capacity=r["capacity"],
+            points=tuple(json.loads(r["points_json"])),
+            outcome=r["outcome"],
+            message=r["message"],
+            created_at=r["created_at"],
+        )
+        for r in rows
+    )
+
+
+def latest_by_row(records: tuple[CapacityRecord, ...]) -> dict[int, CapacityRecord]:
+    """The most recent capacity run of each trial row that measured (else its most recent run)."""
+    out: dict[int, CapacityRecord] = {}
+    for r in records:  # oldest first
+        kept = out.get(r.row_id)
+        if kept is None or r.outcome == "ok" or kept.outcome != "ok":
+            out[r.row_id] = r
+    return out
