@@ -13,9 +13,10 @@ from typing import Any
 import pandas as pd
 
 from tuner.config import Verdict
-from tuner.errors import ConfigError, StoreError
+from tuner.errors import StoreError
 from tuner.result import TrialResult
 from tuner.store.codec import loads
+from tuner.store.protocol import choose_study
 from tuner.store.rows import StoredTrial, request_rows, stored_trial, trial_row
 
 
@@ -77,16 +78,7 @@ class FakeStore:
         return tuple(sorted({r["study"] for r in self._rows}))
 
     def resolve_study(self, name: str | None, *, preferred: str | None = None) -> str:
-        names = self.studies()
-        if name is not None:
-            if name not in names:
-                raise ConfigError(f"study {name!r}: not in {self.url}")
-            return name
-        if preferred is not None and preferred in names:
-            return preferred
-        if len(names) == 1:
-            return names[0]
-        raise ConfigError(f"--study: expected one of the studies in {self.url} (found {len(names)})")
+        return choose_study(self.studies(), name, preferred, self.url)
 
     def close(self) -> None:
         self.closed = True

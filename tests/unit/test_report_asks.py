@@ -12,7 +12,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
-from tests.unit.report_builders import make_row, study_data
+from support.reports import make_row, study_data
 
 from tuner.config import Outcome
 from tuner.report.detail import failures_by_class

@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import pandas as pd
 
 from tuner.config import Verdict
+from tuner.errors import ConfigError
 from tuner.result import TrialResult
 from tuner.store.rows import StoredTrial
+
+
+def choose_study(names: Sequence[str], name: str | None, preferred: str | None, where: str) -> str:
+    """The study a command means among `names` (the studies at `where`): `name` if given, else
+    `preferred` (the study of a --space given); either must exist. With neither, the only study;
+    ConfigError otherwise (never another study in place of the one asked for)."""
+    listed = ", ".join(names) or "none"
+    if name is not None:
+        if name not in names:
+            raise ConfigError(f"study {name!r}: not in {where} (studies there: {listed})")
+        return name
+    if preferred is not None:
+        if preferred not in names:
+            raise ConfigError(
+                f"--space: its study {preferred!r} is not in {where} "
+                f"(studies there: {listed}; pass --study NAME or the space file of one of them)"
+            )
+        return preferred
+    if len(names) == 1:
+        return names[0]
+    raise ConfigError(f"--study: expected one of the studies in {where} (found {len(names)}: {listed})")
 
 
 class ResultStore(Protocol):

@@ -27,6 +27,7 @@ from tuner.result import TrialResult
 from tuner.store.codec import loads
 from tuner.store.connect import BUSY_TIMEOUT_S, make_engine, mask_url
 from tuner.store.preflight import check_database, foreign_tables
+from tuner.store.protocol import choose_study
 from tuner.store.rows import StoredTrial, request_rows, stored_trial, trial_row
 from tuner.store.schema import (
     ATTEMPT_UNIQUE,
@@ -265,26 +266,8 @@ class SqlStore:
         return tuple(names)
 
     def resolve_study(self, name: str | None, *, preferred: str | None = None) -> str:
-        """The study a command means: `name` if given, else `preferred` (the study of a --space given);
-        either must exist. With neither, the database's only study; ConfigError otherwise."""
-        names = self.studies()
-        listed = ", ".join(names) or "none"
-        if name is not None:
-            if name not in names:
-                raise ConfigError(f"study {name!r}: not in {mask_url(self.url)} (studies there: {listed})")
-            return name
-        if preferred is not None:
-            if preferred not in names:
-                raise ConfigError(
-                    f"--space: its study {preferred!r} is not in {mask_url(self.url)} "
-                    f"(studies there: {listed}; pass --study NAME or the space file of one of them)"
-                )
-            return preferred
-        if len(names) == 1:
-            return names[0]
-        raise ConfigError(
-            f"--study: expected one of the studies in {mask_url(self.url)} (found {len(names)}: {listed})"
-        )
+        """The study a command means (see `choose_study`)."""
+        return choose_study(self.studies(), name, preferred, mask_url(self.url))
 
     def close(self) -> None:
         """Release the pooled connections."""
