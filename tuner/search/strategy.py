@@ -56,8 +56,13 @@ def choose(
     *,
     second: Array | None,
     seed: int,
+    rank: int = 0,
 ) -> int | None:
-    """The index of the next candidate to launch, or None when none is allowed."""
+    """The index of the next candidate to launch, or None when none is allowed.
+
+    `rank` k > 0 takes the k-th best instead: k trials asked before this one are still choosing
+    (their params not yet written), and they will take the better ones.
+    """
     mask = np.asarray(allowed, dtype=bool)
     if not mask.any():
         return None
@@ -87,7 +92,8 @@ def choose(
             mu, sd, p_feasible, best=best, second=None if second is None else second[open_rows],
             front=front, hv_weight=HV_WEIGHT,
         )  # fmt: skip
-    return int(open_rows[int(np.argmax(acq + jitter[open_rows]))])
+    order = np.argsort(-(acq + jitter[open_rows]), kind="stable")
+    return int(open_rows[int(order[min(rank, len(order) - 1)])])
 
 
 def _feasibility(features: Features, blocks: Sequence[Block], seen: Sequence[Seen], test: Features) -> Array:
