@@ -79,10 +79,16 @@ def choose(
     else:
         y = np.asarray([s.log_first for s in measured], dtype=np.float64)
         spread = max(float(np.std(y)), MIN_SPREAD)
-        post = fit_predict(features.take([s.index for s in measured]), y, test, blocks, scale=spread)
-        mu, sd = post.mean, post.sd
-        good = [s.log_first for s in measured if s.feasible and s.log_first is not None]
-        best = math.exp(max(good)) if good else None
+        rows = [s.index for s in measured]
+        good = [s.index for s in measured if s.feasible]
+        both = Features(
+            cat=np.concatenate([test.cat, features.take(good).cat]),
+            num=np.concatenate([test.num, features.take(good).num]),
+        )
+        post = fit_predict(features.take(rows), y, both, blocks, scale=spread)
+        mu, sd = post.mean[: len(open_rows)], post.sd[: len(open_rows)]
+        # the incumbent by the model's mean, not the luckiest noisy measurement
+        best = math.exp(float(np.max(post.mean[len(open_rows) :]))) if good else None
     if best is not None and rng.random() < EXPLORE:
         acq = p_feasible * sd
     else:
