@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import random
 import statistics
 import sys
 import time
@@ -35,16 +36,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import optuna
+
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from search_strategies import DIAGNOSTICS, STRATEGIES, Run, grid_first, run_tuner  # noqa: E402
+from search_strategies import DIAGNOSTICS, STRATEGIES, Run, _quiet, grid_first  # noqa: E402
 from search_world import World, hypervolume, world  # noqa: E402
 
 from tuner.search.evidence import Evidence, knobs_of  # noqa: E402
 from tuner.search.rules import Rule, contradicts, covering, rules_from  # noqa: E402
 from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS  # noqa: E402
-from tuner.study.events import Hooks, TrialEvent  # noqa: E402
+from tuner.space.loader import suggest  # noqa: E402
+from tuner.study.learn import policy_for, study_evidence  # noqa: E402
+from tuner.study.storage import make_sampler  # noqa: E402
 
 SCENARIOS = ("glm5-nvfp4-sm120", "dsv32-fp8-h200", "glm5-nvfp4-b200-tp4")
 WITHIN = 0.02
@@ -256,17 +261,35 @@ def summary(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> 
 
 
 def ask_times(name: str, kind: str, trials: int = 200) -> str:
-    """The tuner's own time per launched trial (ask, screen, tell, store) near trial 50 and trial 200."""
-    own: list[float] = []
+    """Seconds per ask (the sampler's choice and the policy's screen) near trial 50 and trial `trials`.
 
-    def on_trial(event: TrialEvent) -> None:
-        if event.launched and event.overhead_s is not None:
-            own.append(event.overhead_s)
-
-    run_tuner(_world(name), 1, trials, kind=kind, label=kind, finalists=False, hooks=Hooks(on_trial=on_trial))
-    near = {n: own[max(0, n - 10) : n] for n in (50, trials)}
+    An in-memory Optuna study asks `trials` times as the study does (sampler seeded per ask, the
+    policy built from the study's evidence); each suggestion is answered by the oracle and told.
+    """
+    _quiet()
+    w = _world(name)
+    space = replace(w.space, sampler=w.space.sampler.model_copy(update={"kind": kind, "seed": 1}))
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    study.set_metric_names(["output_throughput", "kv_tokens"])
+    rng = random.Random(1)
+    took: list[float] = []
+    for n in range(trials):
+        t0 = time.perf_counter()
+        study.sampler = make_sampler(space, seed=n)
+        trial = study.ask()
+        config, params = suggest(space, trial)
+        policy_for(space, study_evidence(space, study.get_trials(deepcopy=False))).decide(config)
+        took.append(time.perf_counter() - t0)
+        shot = w.shot_of(w.spec(config))
+        ok = shot.failure is None
+        trial.set_user_attr("outcome", "ok" if ok else shot.failure.outcome.value)  # type: ignore[union-attr]
+        trial.set_user_attr("failure", None if ok else shot.failure.outcome.value)  # type: ignore[union-attr]
+        trial.set_user_attr("feasible", shot.feasible)
+        trial.set_user_attr("kv_tokens", shot.kv_tokens)
+        study.tell(trial, [w.measure(shot, rng) if ok else 0.0, float(shot.kv_tokens) if ok else 0.0])
+    near = {n: took[max(0, n - 10) : n] for n in (50, trials)}
     shown = ", ".join(f"at {n}: {statistics.median(v):.3f} s" for n, v in near.items() if v)
-    return f"  {name:<22} {kind:<11} own time per launched trial (median of 10) {shown} ({len(own)} launches)"
+    return f"  {name:<22} {kind:<11} seconds per ask (median of 10) {shown}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -174,3 +174,23 @@ def test_the_sampler_moves_towards_what_measured_well() -> None:
     assert sum(1 for p in later if p["sparse_backends"] == good) >= 2
     for p in later:  # never a launch already made
         assert (p["mem-fraction-static"], p["sparse_backends"]) not in tried or p["cuda_graph"] != "off"
+
+
+def test_a_trial_asked_while_an_earlier_one_is_still_choosing_takes_another_candidate() -> None:
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    sampler = StructuredSampler(space, seed=4)
+    study.sampler = sampler
+    for fraction, pair, value in ((0.8, "fa3/fa3", 900.0), (0.9, "flashmla_kv/flashmla_kv", 1200.0)):
+        study.enqueue_trial(sampler_params(space, {"mem-fraction-static": fraction, "cuda_graph": "off",
+                                                   "sparse_backends": pair}))  # fmt: skip
+        trial = study.ask()
+        suggest(space, trial)
+        trial.set_user_attr("feasible", True)
+        study.tell(trial, [value, 1e5])
+    study.ask(), study.ask()  # two workers asked; neither has written a param yet
+    early, late = study.get_trials(deepcopy=False)[-2:]
+    plan_late = sampler._plan(study, late)  # noqa: SLF001 - both choose before either writes its params
+    plan_early = sampler._plan(study, early)  # noqa: SLF001
+    assert plan_early and plan_late and plan_early != plan_late

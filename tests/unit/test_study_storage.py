@@ -18,9 +18,11 @@ from tuner.study.storage import lock_path, make_sampler, make_storage, worker_lo
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_tpe_is_multivariate_and_grouped() -> None:
+def test_the_structured_sampler_is_the_default_and_tpe_is_multivariate_and_grouped() -> None:
     space = load_space(ROOT / "search_spaces" / "glm5-nvfp4-sm120-sim.yaml")
-    sampler = make_sampler(replace(space, sampler=space.sampler.model_copy(update={"kind": "tpe"})))
+    assert make_sampler(space).__class__.__name__ == "StructuredSampler"
+    tpe = replace(space, sampler=space.sampler.model_copy(update={"kind": "tpe"}))
+    sampler = make_sampler(tpe)
     assert sampler.__class__.__name__ == "TPESampler"
     assert sampler._multivariate and sampler._group  # noqa: SLF001 - the settings the reference calls for
 

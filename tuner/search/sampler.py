@@ -6,7 +6,8 @@ suggestions from it. The choice is made at TrialConfig level in the space's nami
 to the sampler's parameter names by tuner.space.sampling (so a backend pair is only ever one of
 the pair param's choices). Candidates already launched or pruned, those running on another
 worker, and those the failure rules or the memory model prove bad (the policy the study passes
-in) are never chosen; so workers asking at once pick different points, and a long study on a
+in) are never chosen, and a trial asked while earlier ones are still choosing takes the next best
+candidate rather than the best; so workers asking at once pick different points, and a long study on a
 fine grid keeps finding new launches until the grid is spent.
 """
 
@@ -97,11 +98,13 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         allowed = [True] * len(found.keys)
         seen: list[Seen] = []
         directions = study.directions
+        choosing = 0  # trials asked before this one, still choosing: they take the better candidates
         for t in trials:
             if t.number == trial.number or t.state not in (TrialState.COMPLETE, TrialState.RUNNING):
                 continue
             i = index.get(params_key(joined_params(self._space, t.params)))
             if i is None:
+                choosing += t.state is TrialState.RUNNING and t.number < trial.number
                 continue
             allowed[i] = False
             if t.state is TrialState.COMPLETE:
@@ -127,7 +130,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             if len(directions) > 1 and names[1:2] == ["kv_tokens"] and any(kv):
                 second = np.asarray(kv, dtype=np.float64)
         seed = (self._seed or 0) * 1_000_003 + trial.number
-        pick = choose(features, found.blocks, seen, allowed, second=second, seed=seed)
+        pick = choose(features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing)
         if pick is None:
             return {}
         return sampler_params(self._space, found.params[pick])
