@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS, draw, main, write
-from tuner.sim.generation_check import check, generate
+from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS, draw, write
+from tuner.sim.generation_check import check, generate, main
 from tuner.sim.landscape import best
 from tuner.sim.oracle import Outcome
 from tuner.sim.scenario import parse_scenario

@@ -6,7 +6,7 @@ import sys
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["generate"]:
-        from tuner.sim.generate import main as generate_main
+        from tuner.sim.generation_check import main as generate_main
 
         sys.exit(generate_main(sys.argv[2:]))
     if sys.argv[1:2] == ["landscape"]:

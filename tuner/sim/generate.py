@@ -17,7 +17,6 @@ next sub-seed is drawn, so a seed always gives the same landscape.
 
 from __future__ import annotations
 
-import argparse
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,25 +278,3 @@ def write(found: Draw, out: Path) -> tuple[Path, Path]:
     except OSError as exc:
         raise TunerError(f"generate: cannot write into {out}: {exc.strerror or exc}") from exc
     return scenario, space
-
-
-def main(argv: list[str]) -> int:
-    """`python -m tuner.sim generate --seed N [--out DIR]`."""
-    from tuner.sim.generation_check import generate  # the oracle is needed only here
-
-    parser = argparse.ArgumentParser(prog="python -m tuner.sim generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument(
-        "--out", type=Path, help="folder for scenario.yaml and space.yaml (default: generated-SEED)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        found, best = generate(args.seed)
-        scenario, space = write(found, args.out or Path(f"generated-{args.seed}"))
-    except TunerError as exc:
-        print(f"error: {exc}")
-        return 2
-    print(f"{found.summary}\n{best}\nwrote {scenario} and {space}")
-    print(f"true best and front: python -m tuner.sim landscape --space {space}")
-    return 0

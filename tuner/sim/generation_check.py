@@ -9,10 +9,13 @@ between 5% and 90% of the points feasible, at most a fifth of them within 2% of 
 
 from __future__ import annotations
 
+import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 from tuner.errors import TunerError
+from tuner.sim import generate as generate_module
 from tuner.sim.generate import Draw, draw, write
 from tuner.sim.landscape import Scored, best, evaluate
 from tuner.sim.scenario import parse_scenario
@@ -72,3 +75,23 @@ def generate(seed: int) -> tuple[Draw, str]:
             )
             return found, line
     raise GenerateError(f"generate: no draw of seed {seed} passed the checks in {ATTEMPTS} attempts ({why})")
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tuner.sim generate --seed N [--out DIR]`."""
+    parser = argparse.ArgumentParser(prog="python -m tuner.sim generate", description=generate_module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument(
+        "--out", type=Path, help="folder for scenario.yaml and space.yaml (default: generated-SEED)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        found, best = generate(args.seed)
+        scenario, space = write(found, args.out or Path(f"generated-{args.seed}"))
+    except TunerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{found.summary}\n{best}\nwrote {scenario} and {space}")
+    print(f"true best and front: python -m tuner.sim landscape --space {space}")
+    return 0
