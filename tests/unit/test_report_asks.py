@@ -146,3 +146,11 @@ def test_status_shows_number_status_and_every_metric_at_any_width(width: int) ->
     assert "reused" in row("9*")
     # asks that never launched are counted, not listed as rows
     assert not any(re.match(r"\s*[45678]\*?\s", line) for line in lines)
+
+
+def test_a_failed_launch_shows_no_benchmark_figure_but_keeps_what_the_server_reported() -> None:
+    row = make_row(0, outcome=Outcome.OOM, kv=965_217, min_free=779)
+    failed = replace(row, kv_tokens=965_217, metrics={**row.metrics, "output_throughput": 0.0})  # cut short
+    text = _render(study_data([failed], [_trial(0, failed)]), 120)
+    line = next(line for line in text.splitlines() if re.match(r"\s*0\*?\s", line))
+    assert re.search(r"oom\s+-\s+965,217\s+779", line), line

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.errors import ReportError
-from tuner.metrics import METRICS
+from tuner.metrics import METRICS, Source
 from tuner.report.context import defines_slo
 from tuner.report.frame import (
     StudyData,
@@ -89,6 +89,8 @@ def status_table(data: StudyData, front: Sequence[int], *, has_slo: bool = False
         number = int(rec["trial"])
         ask = asks.get(number)
         values, spread = _with_repeats(data, number, rec)
+        if ask is not None and ask.fate in (Fate.FAILED, Fate.RETRIED):
+            values = _without_benchmark(values)  # a failed launch's benchmark measured nothing to trust
         label, style = _status_label(ask, rec, has_slo)
         reused = f"same launch as #{int(rec['reused_from'])}" if _present(rec["reused_from"]) else ""
         message = str(rec["failure_message"]) if _present(rec["failure_message"]) else ""
@@ -252,6 +254,11 @@ def _with_repeats(data: StudyData, number: int, rec: dict[str, Any]) -> tuple[di
     tput = [v for m in runs if (v := m.get("output_throughput")) is not None]
     spread = f"median of {len(runs)} runs; out tok/s {min(tput):,.1f}–{max(tput):,.1f}" if tput else ""
     return median_measurements(data, row), spread
+
+
+def _without_benchmark(values: dict[str, Any]) -> dict[str, Any]:
+    """The values of a failed launch: what the server reported at start (KV tokens, free VRAM) stays."""
+    return {k: None if k in METRICS and METRICS[k].source is Source.BENCH else v for k, v in values.items()}
 
 
 def _present(value: object) -> bool:

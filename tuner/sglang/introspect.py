@@ -24,6 +24,7 @@ from tuner.errors import ConfigError
 from tuner.sglang.options import OptionTable, builtin_table, table_from_entries
 
 log = logging.getLogger(__name__)
+_ANNOUNCED: set[tuple[str, str]] = set()  # (version, source) of the built-in tables already named in the log
 
 __all__ = [
     "compact_entries",
@@ -228,5 +229,7 @@ def option_table_for(
         where = f" in {python}" if python else ""
         raise ConfigError(f"SGLang version: none installed{where} and none given (expected e.g. '0.5.23')")
     table = builtin_table(version)
-    log.info("SGLang %s: using the built-in option table (%s)", version, table.source)
+    if (version, table.source) not in _ANNOUNCED:  # said once per process, not at every engine built
+        _ANNOUNCED.add((version, table.source))
+        log.info("SGLang %s: using the built-in option table (%s)", version, table.source)
     return table
