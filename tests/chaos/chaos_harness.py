@@ -207,7 +207,10 @@ class StudyFacts:
 
 def study_facts(tmp: Path, db: str = "exp.db") -> StudyFacts:
     url = f"sqlite:///{tmp / db}"
-    study = optuna.load_study(study_name=STUDY, storage=url)
+    try:
+        study = optuna.load_study(study_name=STUDY, storage=url)
+    except KeyError:  # a run stopped before it created its study: nothing was asked yet
+        return StudyFacts(states={}, attrs={}, rows=[], finalist_repeats=0)
     states = {t.number: t.state for t in study.trials}
     attrs = {t.number: dict(t.user_attrs) for t in study.trials}
     with SqlStore(url, create=False) as store:

@@ -70,8 +70,8 @@ def test_a_fault_of_the_database_itself_is_retried(tmp_path: Path) -> None:
             "INSERT", {}, Exception("disk I/O error")
         )
     except StoreError as exc:
-        with pytest.raises(StoreError, match="marked failed, retried"):
-            unrecordable(study, trial, exc)
+        with pytest.raises(StoreError, match="experiments database: cannot write: disk I/O error"):
+            unrecordable(study, trial, exc)  # the fault itself goes on up: it names the database
     (waiting,) = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert waiting.user_attrs["retry_reason"] == "not recorded"
 

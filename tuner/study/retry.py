@@ -52,12 +52,17 @@ def fail_unrecorded(study: optuna.Study, trial: optuna.Trial, reason: str, *, ag
 
 
 def unrecordable(study: optuna.Study, trial: optuna.Trial, exc: Exception) -> NoReturn:
-    """A result the store refused: the trial failed with the reason, then one StoreError line."""
+    """A result the store could not take. Refused (a value it cannot hold): the trial failed with the
+    reason, then one StoreError line. A fault of the database itself (connection, disk): the trial is
+    marked failed and retried where the database still takes that, and the fault goes on up, so the
+    run stops with one line naming the database and its cause (the store guard's)."""
     cause = exc.__cause__ or exc
     transient = isinstance(cause, (sa.exc.OperationalError, sa.exc.InterfaceError, OSError))
     reason = one_line(str(exc))[:300]
     fail_unrecorded(study, trial, reason, again=transient)
-    then = "retried" if transient else "not launched again"
+    if transient:
+        raise exc
     raise StoreError(
-        f"trial {trial.number}: its result could not be recorded ({reason}); it is marked failed, {then}"
+        f"trial {trial.number}: its result could not be recorded ({reason}); it is marked failed, "
+        "not launched again"
     ) from exc
