@@ -230,7 +230,7 @@ class Finalists(Settings):
     repeats: int = Field(default=2, ge=0)  # launches of each, on top of its first measurement
     capacity: bool = False  # after the budget, `tuner capacity` for each finalist under the space's SLOs
     # only candidates within this share of the best first objective are re-measured (noise is ~1-5%)
-    margin: float = Field(default=0.1, ge=0)
+    margin: float = Field(default=0.05, ge=0)
 
 
 class SearchSettings(Settings):
