@@ -71,8 +71,7 @@ def pick_finalists(
             continue
         seen.add(key)
         picks.append(n)
-    picks = picks[:count]
-    return picks if margin is None or len(picks) >= 2 else []
+    return picks[:count] if margin is None or len(picks) >= 2 else []
 
 
 def reserve_state(
