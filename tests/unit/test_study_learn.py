@@ -85,6 +85,32 @@ def test_finalist_jobs_are_claimed_in_turn_and_the_budget_caps_them() -> None:
     assert finalists.affordable(3, 2, 7) == 0
 
 
+def _at(number: int, throughput: float, fraction: float, graphs: str) -> FrozenTrial:
+    t = trial(number, (throughput, 1000.0 * fraction))
+    return create_trial(
+        params={**t.params, "mem-fraction-static": fraction, "cuda_graph": graphs}, distributions=DISTS,
+        values=t.values, user_attrs=t.user_attrs, state=TrialState.COMPLETE,
+    )  # fmt: skip
+
+
+def test_finalists_are_only_contested_candidates_and_no_fraction_twins() -> None:
+    trials = [_at(0, 100.0, 0.8, "max:8"), _at(1, 99.0, 0.9, "max:8"), _at(2, 97.0, 0.8, "max:16"),
+              _at(3, 80.0, 0.95, "off")]  # fmt: skip
+    for n, t in enumerate(trials):
+        t.number = n
+    dirs, fraction = ("maximize", "maximize"), ["mem-fraction-static"]
+    # 0 and 1 differ in the fraction only: one finalist (1, ranked first); 3 is 20% below: not contested
+    assert finalists.pick_finalists(trials, dirs, 3, twin_params=fraction, margin=0.1) == [1, 2]
+    assert set(finalists.pick_finalists(trials, dirs, 3)) == {0, 1, 3}  # no filter: the front as before
+    # one candidate left in contest: nothing to re-measure, the whole budget explores
+    assert finalists.pick_finalists(trials[:2] + trials[3:], dirs, 3, twin_params=fraction, margin=0.1) == []
+    # the reserve is claimed only when the launches left are what the picks need
+    assert finalists.reserve_state(trials, dirs, count=3, repeats=2, left=5, twin_params=fraction,
+                                   margin=0.1) is None  # fmt: skip
+    assert finalists.reserve_state(trials, dirs, count=3, repeats=2, left=4, twin_params=fraction,
+                                   margin=0.1) == {"1": 0, "2": 0}  # fmt: skip
+
+
 def test_per_role_sampling_round_trips_through_optuna() -> None:
     from tuner.space.sampling import joined_params, sampler_params, suggest
 

@@ -227,8 +227,10 @@ class Finalists(Settings):
     """Near the end of the budget, the best front candidates are launched again (counted in the budget)."""
 
     count: int = Field(default=3, ge=0)  # candidates re-measured; 0 turns it off
-    repeats: int = Field(default=2, ge=0)  # launches of each, on top of its first measurement
+    repeats: int = Field(default=1, ge=0)  # launches of each, on top of its first measurement
     capacity: bool = False  # after the budget, `tuner capacity` for each finalist under the space's SLOs
+    # only candidates within this share of the best first objective are re-measured (noise is ~1-5%)
+    margin: float = Field(default=0.05, ge=0)
 
 
 class SearchSettings(Settings):

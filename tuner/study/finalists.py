@@ -5,11 +5,18 @@ launches of the budget are left, the `count` best feasible trials (the Pareto fr
 ranked by its distance to the utopia point) are launched `repeats` more times; the repeats are
 store rows linked to the original (`confirm_of`), and the front, `status` and `export --best`
 use the median over all measurements of a configuration.
+
+Repeats go only where they can change the answer. A candidate measured more than `margin` below the
+incumbent on the first objective is not contested (a run-to-run noise of a few percent cannot close
+that gap), and a "fraction twin" of a better candidate (the same configuration at another memory
+fraction, which sets KV capacity, not speed, where the run is not KV-bound) is not a second
+finalist. With fewer than two contested candidates nothing is re-measured; the reserve is what the
+picks need, decided as late as the budget allows, and what they do not need goes on exploring.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial, TrialState
@@ -28,17 +35,63 @@ class FinalistJob:
     repeat: int  # 1-based
 
 
-def pick_finalists(trials: Sequence[FrozenTrial], directions: Sequence[str], count: int) -> list[int]:
-    """The `count` best feasible launched trials: Pareto-front members first, then by utopia distance."""
-    feasible = {
-        t.number: t.values
+def pick_finalists(
+    trials: Sequence[FrozenTrial],
+    directions: Sequence[str],
+    count: int,
+    *,
+    twin_params: Collection[str] = (),
+    margin: float | None = None,
+) -> list[int]:
+    """The `count` best feasible launched trials: Pareto-front members first, then by utopia distance.
+
+    `twin_params`: params (the memory fraction) a trial may differ in from a better pick and still be
+    its twin, not a finalist of its own. `margin`: only trials whose first objective is within this
+    share of the best one are contested; fewer than two contested trials: none is a finalist.
+    """
+    by_number = {
+        t.number: t
         for t in trials
         if t.state is TrialState.COMPLETE
         and t.user_attrs.get("feasible")
         and launched(t.user_attrs)
         and t.values is not None
     }
-    return ranked(feasible, directions)[:count]
+    order = ranked({n: t.values for n, t in by_number.items()}, directions)
+    if margin is not None and order:
+        firsts = [by_number[n].values[0] for n in order]
+        sign = 1.0 if directions[0] == "maximize" else -1.0
+        best = max(firsts, key=lambda v: sign * v)
+        order = [n for n in order if sign * (best - by_number[n].values[0]) <= margin * abs(best)]
+    picks: list[int] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for n in order:
+        key = tuple(sorted((k, repr(v)) for k, v in by_number[n].params.items() if k not in twin_params))
+        if twin_params and key in seen:
+            continue
+        seen.add(key)
+        picks.append(n)
+    return picks[:count] if margin is None or len(picks) >= 2 else []
+
+
+def reserve_state(
+    trials: Sequence[FrozenTrial],
+    directions: Sequence[str],
+    *,
+    count: int,
+    repeats: int,
+    left: int,
+    twin_params: Collection[str] = (),
+    margin: float | None = None,
+) -> dict[str, int] | None:
+    """The finalists' state to claim now, with `left` launches of the budget left (none running),
+    or None while the budget still has room to explore before the picks' repeats."""
+    if count <= 0 or repeats <= 0:
+        return None
+    picks = pick_finalists(trials, directions, count, twin_params=twin_params, margin=margin)
+    if not picks or left > len(picks) * repeats:
+        return None
+    return {str(n): 0 for n in picks[: max(1, left // repeats)]}
 
 
 def next_job(

@@ -35,6 +35,7 @@ from tuner.result import TrialResult
 from tuner.search.evidence import Evidence
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
+from tuner.space.params import Target
 from tuner.space.sampling import sampler_params
 from tuner.store.health import StoreWatch
 from tuner.store.preflight import check_database
@@ -258,15 +259,16 @@ class StudyRunner:
         assert self.budget is not None
         state: dict[str, int] | None = self.study.user_attrs.get(finalists.STATE_ATTR)
         if state is None:
-            count = finalists.affordable(spec.count, spec.repeats, self.budget)
-            reserve = count * spec.repeats
-            if reserve == 0 or done + running < self.budget - reserve:
+            state = finalists.reserve_state(
+                self.study.get_trials(deepcopy=False), self.space.directions,
+                count=finalists.affordable(spec.count, spec.repeats, self.budget), repeats=spec.repeats,
+                left=self.budget - done - running, margin=spec.margin,
+                twin_params=[p.name for p in self.space.params if p.target is Target.MEM_FRACTION],
+            )  # fmt: skip
+            if state is None:
                 return None
-            trials = self.study.get_trials(deepcopy=False)
-            picks = finalists.pick_finalists(trials, self.space.directions, count)
-            state = {str(n): 0 for n in picks}
             self.study.set_user_attr(finalists.STATE_ATTR, state)
-            log.info("finalists (re-measured %d times each): trials %s", spec.repeats, picks or "none")
+            log.info("finalists (re-measured %d times each): trials %s", spec.repeats, list(state))
         found = finalists.next_job(self.study.get_trials(deepcopy=False), state, spec.repeats)
         if found is None:
             return None
