@@ -33,9 +33,10 @@ test: lint
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
-# The chaos suite at full size (tests/chaos: 20 + 10 kills, 20 signals, workers, broken machines), ~3-4 min.
+# The chaos suite at full size (tests/chaos: 20 + 10 kills, 20 signals, workers, broken machines) and the
+# multi-worker studies (eight PostgreSQL hosts, four parallel workers stopped and resumed), ~5 min.
 chaos: venv
-	TUNER_CHAOS=full $(BIN)/python -m pytest -q -s -m chaos tests/chaos
+	TUNER_CHAOS=full $(BIN)/python -m pytest -q -s -m chaos tests/chaos tests/integration
 
 clean:
 	rm -rf $(VENV) experiments.db runs

@@ -72,6 +72,7 @@ def _gpus(row: StoredTrial) -> tuple[int, ...]:
     return tuple(row.launch["gpus"])
 
 
+@pytest.mark.chaos  # four workers stopped and resumed: run with the storms (make chaos)
 def test_parallel_four_tp2_trials_on_eight_gpus_stop_and_resume(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(_cmd(tmp_path), cwd=tmp_path, env=env, stdout=subprocess.PIPE,

@@ -198,6 +198,7 @@ def _launched(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     ]
 
 
+@pytest.mark.chaos  # eight workers for a minute: run with the storms (make chaos)
 def test_eight_hosts_spend_exactly_the_budget(cluster: ClusterRun) -> None:
     trials = cluster.study.get_trials(deepcopy=False)
     launched = _launched(trials)
@@ -222,6 +223,7 @@ def test_eight_hosts_spend_exactly_the_budget(cluster: ClusterRun) -> None:
     )
 
 
+@pytest.mark.chaos  # eight workers for a minute: run with the storms (make chaos)
 def test_killed_workers_trials_are_reaped_elsewhere_and_retried_once(cluster: ClusterRun) -> None:
     trials = cluster.study.get_trials(deepcopy=False)
     for k in cluster.killed:
@@ -242,6 +244,7 @@ def test_killed_workers_trials_are_reaped_elsewhere_and_retried_once(cluster: Cl
     assert not [t for t in trials if len(t.system_attrs.get("retry_history", [])) > 1], "retried twice"
 
 
+@pytest.mark.chaos  # eight workers for a minute: run with the storms (make chaos)
 def test_orphaned_servers_wait_for_their_own_host(cluster: ClusterRun) -> None:
     orphans = [pid for k in cluster.killed for pid in k.orphans]
     assert all(k.orphans for k in cluster.killed), "a killed worker left no server running"
