@@ -111,7 +111,9 @@ def test_glm5_seed_launch_calibration_and_throughput(sim_factory):
         captured=(),
         chunked_prefill=8192,
     )
-    assert tokens / seconds == pytest.approx(want.output_tok_s, rel=0.10)
+    # The server is paced by the wall clock: a busy machine (the client and the server share its
+    # cores) can only slow it, never speed it up. A pace model that is off shows in either bound.
+    assert 0.75 * want.output_tok_s <= tokens / seconds <= 1.10 * want.output_tok_s
     # at the seed workload the same model says 225 tok/s (checked in the unit tests)
     log = sim.log()
     assert "[" in log and " TP0] KV Cache is allocated. #tokens: " in log
