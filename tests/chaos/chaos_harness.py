@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,18 +43,6 @@ def make_space(tmp: Path, *, extra: str = "", replace: dict[str, str] | None = N
     path = tmp / "space.yaml"
     path.write_text(text + extra)
     return path
-
-
-def wait_until(condition: Callable[[], object], timeout_s: float, what: str, poll_s: float = 0.02) -> object:
-    """Poll `condition` until it is truthy; AssertionError after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(poll_s)
 
 
 class Tuner:

@@ -28,9 +28,9 @@ from chaos_harness import (
     make_space,
     sim_processes,
     study_facts,
-    wait_until,
 )
 from optuna.trial import TrialState
+from support.sim import poll as wait_until
 
 from tuner.config import Outcome
 

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from chaos_harness import STUDY, Tuner, check_invariants, make_space, study_facts, wait_until
+from chaos_harness import STUDY, Tuner, check_invariants, make_space, study_facts
+from support.sim import poll as wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(300)]
 
