@@ -56,6 +56,7 @@ class Outcome(str, Enum):
     SLO_VIOLATION = "slo_violation"
     INTERRUPTED = "interrupted"
     INFRA_ERROR = "infra_error"
+    ENVIRONMENT = "environment"  # the log proves the machine at fault (network, proxy, host RAM, a port)
     PRUNED = "pruned"  # not launched: a failure rule or the memory model proved it would fail
 
     @property
@@ -67,10 +68,14 @@ class Outcome(str, Enum):
     def blames_config(self) -> bool:
         """True when the configuration itself caused the failure (infeasible, not retried).
 
-        INTERRUPTED and INFRA_ERROR are the machine's or the user's doing: the
+        INTERRUPTED, INFRA_ERROR and ENVIRONMENT are the machine's or the user's doing: the
         study records them as FAIL and may retry the configuration.
         """
-        return self not in (Outcome.OK, Outcome.INTERRUPTED, Outcome.INFRA_ERROR)
+        return self not in (Outcome.OK, *NOT_THE_CONFIGURATION)
+
+
+# Outcomes no configuration causes: told FAIL, retried, never a rule.
+NOT_THE_CONFIGURATION = frozenset({Outcome.INTERRUPTED, Outcome.INFRA_ERROR, Outcome.ENVIRONMENT})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,7 +210,7 @@ class Verdict:
     @property
     def retryable(self) -> bool:
         """Not the configuration's doing (interrupted, infrastructure): told FAIL and retried."""
-        return self.outcome in (Outcome.INTERRUPTED, Outcome.INFRA_ERROR)
+        return self.outcome in NOT_THE_CONFIGURATION
 
     @property
     def message(self) -> str:

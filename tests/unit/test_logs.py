@@ -601,4 +601,5 @@ def test_a_port_taken_under_the_server_is_the_machines_fault() -> None:
     lines = STARTUP_0523[:10] + tb("OSError: [Errno 98] error while attempting to bind on address "
                                    "('127.0.0.1', 30000): address already in use")
     outcome, message, _ = classify(lines, exit_code=1)
-    assert outcome is Outcome.INFRA_ERROR and "port was taken" in message
+    assert outcome is Outcome.ENVIRONMENT and not outcome.blames_config
+    assert "port is held by another process" in message

@@ -162,6 +162,7 @@ class FailureKind(str, Enum):
     INIT_FAILED = "init_failed"
     SIGQUIT = "sigquit"
     HEALTH_CHECK_FAILED = "health_check_failed"
+    ENVIRONMENT = "environment"  # the machine, its network, another process: no launch flag causes it
 
     @property
     def is_root_cause(self) -> bool:
@@ -196,6 +197,7 @@ class FailureLine:
     line: str
     oom: bool = False
     unsupported: bool = False
+    fault: bool = False  # an asynchronous device fault: reported wherever the device next synchronised
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from tuner.sglang.log_devices import DEVICE_ERROR_LINE, DEVICE_FAULT, ENVIRONMENT_LINE, OOM, UNSUPPORTED
 from tuner.sglang.log_events import (
     CaptureBegin,
     CaptureEnd,
@@ -31,7 +32,7 @@ from tuner.sglang.log_events import (
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Containers and Ray put their own prefix in front of SGLang's (`svc  | `, `(SGLangEngine pid=1) `).
-_OUTER = re.compile(r"^(?:[\w.-]+\s+\| ?|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s+)")
+_OUTER = re.compile(r"^(?:[\w.-]+\s+\| ?|\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\) ?)")
 # Date since 0.4, time only in 0.3 (`[23:17:01 TP7]`).
 _PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?(?: (?P<rank>[A-Z0-9 ]+?))?\] ?")
 _NUM = r"-?\d+(?:\.\d+)?"
@@ -52,13 +53,8 @@ def has_prefix(line: str) -> bool:
     return _PREFIX.match(line) is not None
 
 
-_SM = (
-    r"(?:Unsupported architecture|not supported on \.target '?sm_\d+"
-    r"|ptxas fatal\s*: Value '?sm_\d+'? is not defined"
-    r"|no kernel image is available for execution|cudaErrorNoKernelImageForDevice)"
-)
-_OOM_TEXT = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", re.I)
-_UNSUPPORTED_TEXT = re.compile(_SM)
+_OOM_TEXT = OOM
+_UNSUPPORTED_TEXT = UNSUPPORTED
 
 
 def _signature(
@@ -93,11 +89,12 @@ _FAILURES = (
     _signature(
         FailureKind.CUDA_OOM,
         True,
-        r"(?:torch\.(?:cuda\.)?OutOfMemoryError: )?CUDA out of memory.*",
-        r"torch\.(?:cuda\.)?OutOfMemoryError.*",
-        r"CUDA error: out of memory.*",
+        r"(?:torch\.(?:\w+\.)?OutOfMemoryError: )?(?:CUDA|HIP|NPU|XPU|MUSA|MPS) out of memory.*",
+        r"torch\.(?:\w+\.)?OutOfMemoryError.*",
+        r"(?:CUDA|HIP|MUSA|XPU) error: out of memory.*",
+        r".*\b(?:hipErrorOutOfMemory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)\b.*",
     ),
-    _signature(FailureKind.UNSUPPORTED_ARCH, True, r".*" + _SM + r".*"),
+    _signature(FailureKind.UNSUPPORTED_ARCH, True, r".*(?:" + UNSUPPORTED.pattern + r").*"),
     _signature(
         FailureKind.NCCL_ERROR,
         True,
@@ -105,6 +102,7 @@ _FAILURES = (
         r"\bnccl(?:InternalError|UnhandledCudaError|SystemError)\b.*",
     ),
     _signature(FailureKind.MEMORY_IMBALANCE, True, r"The memory capacity is unbalanced.*"),
+    _signature(FailureKind.ENVIRONMENT, True, *(f"^.*(?i:{p}).*" for p in ENVIRONMENT_LINE)),
     _signature(
         FailureKind.NAN, False, r"Detected errors during sampling! NaN in the logits.*", r"NaN detected in .*"
     ),
@@ -125,7 +123,7 @@ _FAILURES = (
         FailureKind.WATCHDOG, True, r"(?:^|\S+ )[Ww]atchdog timeout \(self\.watchdog_timeout=[^,()]*\).*"
     ),
     _signature(FailureKind.WATCHDOG, False, r"\S+ watchdog timeout \(.*"),
-    _signature(FailureKind.CUDA_ERROR, True, r"CUDA error: .*", r".*device-side assert triggered.*"),
+    _signature(FailureKind.CUDA_ERROR, True, *DEVICE_ERROR_LINE),
     _signature(
         FailureKind.CHILD_EXCEPTION,
         True,
@@ -224,6 +222,7 @@ def _failure(message: str) -> FailureLine | None:
                 line=message,
                 oom=bool(_OOM_TEXT.search(message)),
                 unsupported=bool(_UNSUPPORTED_TEXT.search(message)),
+                fault=bool(DEVICE_FAULT.search(message)),
             )
     return None
 

@@ -1,0 +1,122 @@
+"""What the device runtimes under SGLang say when they fail, in each one's own words.
+
+SGLang runs on CUDA, ROCm/HIP, Ascend NPU (torch_npu over CANN/ACL), Intel XPU (SYCL, Level
+Zero / Unified Runtime) and Moore Threads MUSA. torch reports an allocator failure as
+`torch.OutOfMemoryError: <DEVICE> out of memory. Tried to allocate ...` on every one of them
+(c10's caching allocators and the out-of-tree ones copy its wording), a runtime error as
+`<DEVICE> error: <the runtime's own error string>`; below torch, the HIP runtime names its
+errors `hipError...`, the HSA runtime `HSA_STATUS_ERROR_...` and its queue-abort callback
+`Memory access fault by GPU node-N ...`, ACL `ACL stream synchronize failed, error code:...`,
+Unified Runtime `UR_RESULT_ERROR_...`. The patterns here are built from those vocabularies
+(hip_error.cpp's strings, hsa.h's status names, torch_npu's and c10's allocator messages), never
+from one log: an allocator out of memory, a kernel not built for this device, an asynchronous
+device fault (reported at the next synchronisation, wherever that is), the process aborting
+itself, and failures no launch flag can cause (the machine, its network, another process).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+# The device names torch and its out-of-tree backends print before "out of memory" / "error:".
+_DEVICE = r"(?:CUDA|HIP|NPU|XPU|MUSA|MPS|MLU)"
+
+# An allocator that could not get device memory: the size of something the configuration chose.
+OOM = re.compile(
+    rf"\b{_DEVICE} out of memory"
+    r"|OutOfMemoryError"
+    rf"|\b{_DEVICE} error: out of memory"
+    r"|\b(?:hipErrorOutOfMemory|cudaErrorMemoryAllocation|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
+    r"|PI_ERROR_OUT_OF_RESOURCES|ACL_ERROR_RT_MEMORY_ALLOCATION|musaErrorMemoryAllocation)\b",
+    re.I,
+)
+
+# A kernel with no code for this device: NVIDIA's no-kernel-image and PTX targets, HIP's missing
+# code object (hipErrorInvalidDeviceFunction, hipErrorNoBinaryForGpu), SYCL's missing binary.
+UNSUPPORTED = re.compile(
+    r"Unsupported architecture|not supported on \.target '?sm_\d+"
+    r"|ptxas fatal\s*: Value '?sm_\d+\w*'? is not defined"
+    r"|no kernel image is available for execution|cudaErrorNoKernelImageForDevice"
+    rf"|\b{_DEVICE} error: invalid device function|\bhipErrorInvalidDeviceFunction\b"
+    r"|\bhipErrorNoBinaryForGpu\b|\bcudaErrorInvalidDeviceFunction\b"
+    r"|\b(?:UR_RESULT_ERROR_INVALID_BINARY|PI_ERROR_INVALID_BINARY)\b|No kernel named \S+ was found"
+)
+
+# A fault the device reports asynchronously: it surfaces at the next synchronisation point, so the
+# frame or allocator it is reported in says nothing of where it happened.
+DEVICE_FAULT = re.compile(
+    r"device-side assert(?:ion)? triggered|Device-side assertion [`'\"]|illegal memory access"
+    r"|unspecified launch failure|misaligned address|an illegal instruction was encountered"
+    r"|\b(?:hip|cuda|musa)Error(?:IllegalAddress|LaunchFailure|Assert|IllegalInstruction"
+    r"|MisalignedAddress|LaunchTimeOut)\b"
+    r"|\bHSA_STATUS_ERROR_(?:EXCEPTION|MEMORY_FAULT|MEMORY_APERTURE_VIOLATION|ILLEGAL_INSTRUCTION)\b"
+    r"|Memory access fault by GPU node|HW Exception by GPU node|GPU Hang\b"
+    r"|ACL stream synchronize failed|AclrtSynchronizeStream|AICore execution error|aicore (?:exception|error)"
+    r"|\bUR_RESULT_ERROR_DEVICE_LOST\b|\bPI_ERROR_DEVICE_LOST\b|CUBLAS_STATUS_EXECUTION_FAILED",
+    re.I,
+)
+
+# A line that is a device runtime's error (no class of its own unless one of the above says more).
+DEVICE_ERROR_LINE = (
+    rf"(?:[\w.]+(?:Error|Exception): )?{_DEVICE} error: .*",
+    r".*device-side assert triggered.*",
+    r".*\bNPU function error: .*",
+    r".*ACL stream synchronize failed.*",
+    r".*\bHSA_STATUS_ERROR_\w+.*",
+    r"Memory access fault by GPU node.*",
+    r"HW Exception by GPU node.*",
+    r".*\bhipError(?!Success)\w+.*",
+    r".*\bUR_RESULT_ERROR_\w+.*",
+)
+
+# The server crashing itself: Python's fault handler, the C runtime's abort, the HSA queue callback.
+SELF_ABORT = re.compile(
+    r"Fatal Python error: (?:Aborted|Segmentation fault|Bus error|Floating point exception|Illegal instruction)"
+    r"|(?:Aborted|Segmentation fault|Bus error|Illegal instruction) \(core dumped\)|^(?:Aborted|Segmentation fault)\s*$"
+    r"|terminate called after throwing an instance of|\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)\b"
+    r"|Signal: (?:Segmentation fault|Aborted)|Queue 0x[0-9a-f]+ aborting with error"
+    r"|crashed with exit code -(?:4|6|7|8|11)\b|exit code: -(?:4|6|7|8|11)\b",
+    re.M,
+)
+# Signals a process sends itself when it crashes (abort, faults); the others come from outside.
+SELF_SIGNALS = frozenset(
+    {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
+)
+
+# Failures no launch flag can cause: (pattern, what it is). Localhost never counts as the network.
+_ENVIRONMENT = (
+    (r"address already in use|\[Errno 98\]", "a port is held by another process"),
+    (r"res=<Response \[(?:502|503|504|407)\]>|\bProxyError\b|Cannot connect to proxy|Tunnel connection failed",
+     "a proxy answered instead of the server (set no_proxy for 127.0.0.1)"),
+    (r"Temporary failure in name resolution|Name or service not known|Network is unreachable|\[Errno 101\]"
+     r"|Failed to resolve '|We couldn't connect to 'https?://|LocalEntryNotFoundError|OfflineModeIsEnabled"
+     r"|HTTPSConnectionPool\(host='(?!localhost|127\.|0\.0\.0\.0)",
+     "a download failed (the host is offline or the network is down)"),
+    (r"\[Errno 12\] Cannot allocate memory", "the host is out of memory"),
+    (r"\[Errno 28\] No space left on device|No space left on device", "a disk or /dev/shm is full"),
+    (r"\[Errno 24\] Too many open files", "the open-file limit is too low"),
+    (r"uncorrectable ECC error|cudaErrorECCUncorrectable|\bXid \d+\b", "the GPU reported a hardware fault"),
+    (r"no (?:CUDA|ROCm)-capable device is detected|No CUDA GPUs are available|\b(?:cuda|hip)ErrorNoDevice\b"
+     r"|CUDA-capable device\(s\) (?:is|are) busy or unavailable|cudaErrorDevicesUnavailable",
+     "no usable device (held, hidden or absent)"),
+)  # fmt: skip
+_ENVIRONMENT_RE = tuple((re.compile(p, re.I), what) for p, what in _ENVIRONMENT)
+ENVIRONMENT_LINE = tuple(p for p, _ in _ENVIRONMENT)
+HOST_RAM = "the host is out of memory"
+
+
+def environment_cause(text: str) -> str | None:
+    """What of the machine a failure's text blames (None: nothing a launch flag cannot cause)."""
+    return next((what for pattern, what in _ENVIRONMENT_RE if pattern.search(text)), None)
+
+
+def device_name(text: str) -> str:
+    """The device a failure's text names (CUDA unless another runtime's words say otherwise)."""
+    m = re.search(rf"\b({_DEVICE})\b(?= out of memory| error)|\b(hip|HSA_|musa|torch_npu|ACL|UR_)", text)
+    if m is None:
+        return "CUDA"
+    word = m.group(1) or m.group(2)
+    return {"hip": "HIP", "HSA_": "HIP", "musa": "MUSA", "torch_npu": "NPU", "ACL": "NPU", "UR_": "XPU"}.get(
+        word, word.upper()
+    )
