@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tuner.config import Phase
+from tuner.sglang.log_prefix import FORMATS, apply_prefix
 from tuner.sglang.logs import STAGE_NAMES, LogState, classify_failure
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real_logs"
@@ -65,3 +66,23 @@ def test_corpus_covers_the_failure_classes() -> None:
     outcomes = {entry["expect"].get("outcome") for entry in INDEX.values()}
     assert {"oom", "unsupported", "capture_failed", "nan", "bad_flag", "crashed", None} <= outcomes
     assert len(INDEX) >= 25
+
+
+@pytest.mark.parametrize("prefix", sorted(FORMATS))
+def test_every_fixture_classifies_the_same_under_each_collector_prefix(prefix: str) -> None:
+    """Kubernetes CRI, RFC 3339 timestamps, Ray, compose, console exports, bracketed pids: stripped first."""
+    for name, entry in INDEX.items():
+        lines = (FIXTURES / f"{name}.log").read_text(encoding="utf-8").splitlines()
+        kwargs = {"exit_code": entry.get("exit_code", -9), "phase": Phase(entry.get("phase", "launch"))}
+        plain = classify_failure(lines, **kwargs)
+        wrapped = classify_failure([apply_prefix(prefix, line, n) for n, line in enumerate(lines)], **kwargs)
+        got = (wrapped.outcome, wrapped.stage, wrapped.backend, wrapped.role, wrapped.message)
+        assert got == (plain.outcome, plain.stage, plain.backend, plain.role, plain.message), name
+        if "retractions" in entry["expect"]:
+            wrapped_lines = [apply_prefix(prefix, line, n) for n, line in enumerate(lines)]
+            assert LogState.from_lines(wrapped_lines).retractions == entry["expect"]["retractions"], name
+
+
+def test_the_corpus_covers_the_platforms() -> None:
+    platforms = {entry.get("platform", "cuda") for entry in INDEX.values()}
+    assert {"cuda", "rocm", "ascend"} <= platforms

@@ -1,0 +1,235 @@
+"""Failure classes on every device runtime SGLang runs on, self-aborts, whole messages, and the environment.
+
+The error lines are each runtime's own wording (torch's allocator messages per device, HIP's
+error strings, the HSA runtime's status names and queue-abort callback, torch_npu/ACL, Unified
+Runtime); the logs around them are SGLang's.
+"""
+# ruff: noqa: E501 - the lines are log lines, which run long
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuner.config import Outcome, Phase
+from tuner.sglang.logs import classify_failure
+
+HEAD = [
+    "[2026-05-01 10:00:00] server_args=ServerArgs(model_path='m', mem_fraction_static=0.85, disable_cuda_graph=False)",
+    "[2026-05-01 10:00:07 TP0] Load weight begin. avail mem=60.20 GB",
+    "[2026-05-01 10:01:07 TP0] Load weight end. elapsed=60.0 s, type=LlamaForCausalLM, avail mem=40.00 GB, mem usage=20.20 GB.",
+]
+SERVING = [
+    *HEAD,
+    "[2026-05-01 10:01:08 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 300000, KV size: 30.00 GB",
+    "[2026-05-01 10:01:20] The server is fired up and ready to roll!",
+    "[2026-05-01 10:01:30 TP0] Decode batch, #running-req: 64, #token: 9000, token usage: 0.03, cuda graph: True, gen throughput (token/s): 3000.00, #queue-req: 0",
+]
+TEARDOWN = [
+    "[2026-05-01 10:02:10] Received sigquit from a child process. It usually means the child failed.",
+]
+
+
+def tb(*body: str, frames: tuple[str, ...] = ()) -> list[str]:
+    return [
+        "[2026-05-01 10:02:09 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2890, in run_scheduler_process',
+        *frames,
+        *body,
+        "",
+    ]
+
+
+def classify(lines: list[str], exit_code: int | None = -9, phase: Phase = Phase.LAUNCH) -> tuple[Outcome, str, str | None]:
+    v = classify_failure(lines, exit_code=exit_code, phase=phase)
+    return v.outcome, v.message, v.stage
+
+
+# torch's allocator on each device (c10's caching allocator, and the out-of-tree ones that copy it).
+OOM_LINES = {
+    "cuda": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free.",
+    "rocm": "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 191.98 GiB of which 780.24 MiB is free.",
+    "ascend": "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.96 GiB total capacity; 58.13 GiB already allocated; 58.13 GiB current active; 97.16 MiB free; 58.42 GiB reserved in total by PyTorch)",
+    "xpu": "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 2.00 GiB (GPU 0; 63.98 GiB total capacity; 60.01 GiB already allocated; 61.00 GiB reserved in total by PyTorch)",
+    "musa": "torch.OutOfMemoryError: MUSA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 47.98 GiB of which 10.00 MiB is free.",
+    "hip-runtime": "RuntimeError: HIP error: out of memory",
+    "ur": "RuntimeError: level_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)",
+}
+
+
+@pytest.mark.parametrize("platform", sorted(OOM_LINES))
+def test_an_allocator_out_of_memory_is_oom_in_every_runtimes_words(platform: str) -> None:
+    frames = ('  File "/sgl/python/sglang/srt/models/llama.py", line 300, in forward',)
+    outcome, message, stage = classify(SERVING + tb(OOM_LINES[platform], frames=frames) + TEARDOWN)
+    assert outcome is Outcome.OOM, message
+    assert stage == "serving"
+    outcome, _, stage = classify(HEAD + tb(OOM_LINES[platform]) + TEARDOWN)
+    assert outcome is Outcome.OOM and stage == "load"
+
+
+UNSUPPORTED_LINES = (
+    "RuntimeError: HIP error: invalid device function",
+    "torch.AcceleratorError: HIP error: no kernel image is available for execution on the device",
+    "RuntimeError: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!",
+    "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    "RuntimeError: Native API failed. Native API returns: 2147483646 (UR_RESULT_ERROR_INVALID_BINARY)",
+)
+
+
+@pytest.mark.parametrize("line", UNSUPPORTED_LINES)
+def test_a_kernel_with_no_code_for_this_device_is_unsupported(line: str) -> None:
+    outcome, message, _ = classify(HEAD + tb(line) + TEARDOWN)
+    assert outcome is Outcome.UNSUPPORTED, message
+
+
+FAULT_LINES = (
+    ":0:rocdevice.cpp            :3586: 1183357978 us:  Callback: Queue 0x7f35e8100000 aborting with error : HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016",
+    "Memory access fault by GPU node-2 (Agent handle: 0x38b6960) on address 0x7fe55fb03000. Reason: Page not present or supervisor privilege.",
+    "torch.AcceleratorError: HIP error: an illegal memory access was encountered",
+    "RuntimeError: ACL stream synchronize failed, error code:507015",
+    "RuntimeError: synchronize:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:361 NPU function error: c10_npu::acl::AclrtSynchronizeStreamWithTimeout(stream()), error code is 507011",
+    "torch.AcceleratorError: CUDA error: device-side assert triggered",
+    "RuntimeError: Native API failed. Native API returns: -36 (UR_RESULT_ERROR_DEVICE_LOST)",
+)
+
+
+@pytest.mark.parametrize("line", FAULT_LINES)
+def test_an_asynchronous_device_fault_is_a_serving_crash_wherever_it_surfaced(line: str) -> None:
+    """Reported inside the KV allocator (the next synchronisation), it is still no OOM."""
+    frames = (
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1105, in event_loop_overlap',
+        '  File "/sgl/python/sglang/srt/mem_cache/allocator.py", line 120, in alloc',
+    )
+    outcome, message, stage = classify(SERVING + tb(line, frames=frames) + TEARDOWN, exit_code=-9)
+    assert outcome is Outcome.CRASHED, message
+    assert stage == "serving"
+
+
+@pytest.mark.parametrize("exit_code", [-6, -11, 134, 139])
+def test_a_self_inflicted_signal_is_a_crash_not_an_outside_kill(exit_code: int) -> None:
+    outcome, message, _ = classify(SERVING, exit_code=exit_code)
+    assert outcome is Outcome.CRASHED and outcome.blames_config, message
+    assert "crashed itself" in message
+    outcome, _, _ = classify(SERVING + TEARDOWN, exit_code=exit_code)
+    assert outcome is Outcome.CRASHED
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        "Fatal Python error: Aborted",
+        "Fatal Python error: Segmentation fault",
+        "terminate called after throwing an instance of 'c10::Error'",
+        "[2026-05-01 10:02:10] Subprocess scheduler_TP3 (pid=4242) crashed with exit code -6. Triggering SIGQUIT for cleanup...",
+    ],
+)
+def test_self_abort_evidence_under_a_sigkill_is_a_crash(evidence: str) -> None:
+    """SGLang kills its own tree with SIGKILL after a child aborted: the abort is the cause."""
+    outcome, message, stage = classify([*SERVING, evidence, *TEARDOWN], exit_code=-9)
+    assert outcome is Outcome.CRASHED, message
+    assert stage == "serving"
+    outcome, message, _ = classify([*SERVING, *TEARDOWN], exit_code=-9)
+    assert outcome is Outcome.INFRA_ERROR and "from outside" in message  # no evidence: the machine
+
+
+def test_the_message_continues_on_the_next_lines() -> None:
+    lines = HEAD + tb(
+        "Exception: Capture cuda graph failed: Internal Triton PTX codegen error:",
+        "ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'",
+        "Possible solutions:",
+    ) + TEARDOWN  # fmt: skip
+    outcome, message, stage = classify(lines)
+    assert outcome is Outcome.UNSUPPORTED and stage == "capture", message
+    lines = HEAD + tb(
+        "RuntimeError: Worker failed with error:",
+        "  NPU out of memory. Tried to allocate 72.00 MiB (NPU 0; 61.27 GiB total capacity)",
+    ) + TEARDOWN  # fmt: skip
+    assert classify(lines)[0] is Outcome.OOM
+
+
+def test_a_capture_failure_line_is_at_capture_without_a_capture_begin_line() -> None:
+    lines = HEAD + tb("Exception: Capture cuda graph failed: list index out of range") + TEARDOWN
+    outcome, _, stage = classify(lines)
+    assert outcome is Outcome.CAPTURE_FAILED and stage == "capture"
+
+
+def test_batch_scheduling_frames_are_serving() -> None:
+    frames = (
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1105, in event_loop_normal',
+        '  File "/sgl/python/sglang/srt/managers/schedule_batch.py", line 1400, in prepare_for_extend',
+    )
+    outcome, message, stage = classify(HEAD + tb("IndexError: list index out of range", frames=frames) + TEARDOWN)
+    assert outcome is Outcome.CRASHED and stage == "serving", message
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_argparse_banner_and_exit_2_is_a_bad_flag(cut: bool) -> None:
+    lines = [
+        "usage: launch_server.py [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH]",
+        "                        [--host HOST] [--port PORT]",
+    ]
+    if not cut:
+        lines.append("launch_server.py: error: argument --kv-cache-dtype: invalid choice: 'fp4'")
+    outcome, message, _ = classify(lines, exit_code=2)
+    assert outcome is Outcome.BAD_FLAG, message
+    assert classify(lines, exit_code=1)[0] is not Outcome.BAD_FLAG  # no exit 2: not argparse's verdict
+
+
+ENVIRONMENT = {
+    "proxy": tb(
+        '  File "/sgl/python/sglang/srt/entrypoints/http_server.py", line 1434, in _execute_server_warmup',
+        "AssertionError: res=<Response [502]>, res.text=''",
+    ),
+    "offline": tb(
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='openaipublic.blob.core.windows.net', port=443): "
+        "Max retries exceeded with url: /encodings/o200k_base.tiktoken (Caused by NameResolutionError(\"Failed to resolve 'openaipublic.blob.core.windows.net' ([Errno -3] Temporary failure in name resolution)\"))"
+    ),
+    "port": tb("zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:5757')"),
+    "disk": tb("RuntimeError: unable to write to file </torch_123_456_0>: No space left on device (28)"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(ENVIRONMENT))
+def test_failures_no_flag_can_cause_are_the_environment(what: str) -> None:
+    outcome, message, _ = classify(HEAD + ENVIRONMENT[what] + TEARDOWN)
+    assert outcome is Outcome.ENVIRONMENT, message
+    assert not outcome.blames_config
+
+
+def test_host_ram_is_the_environment_only_before_model_code_ran() -> None:
+    errno12 = [
+        "Process Process-6:",
+        "Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1984, in run_scheduler_process',
+        "    faulthandler.enable()",
+        "OSError: [Errno 12] Cannot allocate memory",
+    ]
+    assert classify(errno12)[0] is Outcome.ENVIRONMENT
+    assert classify(HEAD + errno12)[0] is Outcome.CRASHED  # weights were loading: the configuration may
+
+
+def test_a_warmup_that_cannot_reach_its_own_server_is_not_the_network() -> None:
+    lines = HEAD + tb(
+        "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=30000): Max retries exceeded "
+        "with url: /generate (Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection refused'))"
+    ) + TEARDOWN  # fmt: skip
+    assert classify(lines)[0] is not Outcome.ENVIRONMENT
+
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real_sglang"
+
+
+def test_a_kernel_library_that_cannot_be_imported_makes_its_backend_unsupported() -> None:
+    """Real SGLang 0.5.17: `--attention-backend fa3` on an install without FA3 (issue 26)."""
+    lines = (REAL / "fa3_import_0_5_17.log").read_text(encoding="utf-8").splitlines()
+    verdict = classify_failure(lines, exit_code=-9, phase=Phase.LAUNCH)
+    assert verdict.outcome is Outcome.UNSUPPORTED, verdict.message
+    assert verdict.backend == "fa3"
+    assert "Can not import FA3" in verdict.message
+
+
+def test_an_import_failure_outside_attention_backends_is_a_crash() -> None:
+    frames = ('  File "/sgl/python/sglang/srt/layers/moe/fused_moe_triton/layer.py", line 40, in __init__',)
+    lines = HEAD + tb("ImportError: cannot import name 'moe_align' from 'sgl_kernel'", frames=frames) + TEARDOWN
+    assert classify(lines)[0] is Outcome.CRASHED
