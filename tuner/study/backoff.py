@@ -6,10 +6,16 @@ outside fail trials in milliseconds; asking again at once burns the budget's FAI
 an infrastructure fault the next trial waits (exponential: base, 2 x base, ... up to a cap),
 and after `max_failures` in a row it raises InfrastructureError, which stops the run with a
 clear message and exit 3. The study stays as it was: run the same command once the cause is fixed.
+
+A failure the log proves is the environment's (Outcome.ENVIRONMENT: a proxy, an offline host, host
+RAM, a port another process holds) is paced the same way, and when the same such error comes
+back on a second, different configuration it is the machine for certain: the run stops at once
+with one line naming it, rather than spending trials (or the rules) on it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +35,7 @@ class InfraBackoff:
     failures: int = 0
     last_message: str = ""
     waits_s: list[float] = field(default_factory=list)
+    environment: dict[str, set[str]] = field(default_factory=dict)  # error signature -> configurations
 
     @classmethod
     def from_budget(cls, budget: Budget, sleep: Callable[[float], object]) -> InfraBackoff:
@@ -45,9 +52,12 @@ class InfraBackoff:
             return 0.0
         return float(min(self.max_s, self.base_s * 2 ** (self.failures - 1)))
 
-    def after(self, outcome: Outcome, message: str = "") -> None:
-        """Hear one trial's outcome; raise InfrastructureError at the cap, else wait as needed."""
-        if outcome is not Outcome.INFRA_ERROR:
+    def after(self, outcome: Outcome, message: str = "", config: str = "") -> None:
+        """Hear one trial's outcome (and its configuration's key); raise InfrastructureError at the
+        cap or at an environment error seen on two configurations, else wait as needed."""
+        if outcome is Outcome.ENVIRONMENT:
+            self._environment(message, config)
+        elif outcome is not Outcome.INFRA_ERROR:
             self.failures = 0
             return
         self.failures += 1
@@ -61,6 +71,26 @@ class InfraBackoff:
         wait = self.delay_s()
         self.waits_s.append(wait)
         self.sleep(wait)
+
+
+    def _environment(self, message: str, config: str) -> None:
+        """Stop when the same environment error has now failed two different configurations."""
+        seen = self.environment.setdefault(_signature(message), set())
+        seen.add(config)
+        if len(seen) >= 2:
+            raise InfrastructureError(
+                f"stopped: the same environment error on {len(seen)} different configurations "
+                f"({_one_line(message)}); no launch flag causes it: fix the machine and run the same "
+                f"command to resume (the study is unchanged)"
+            )
+
+
+_VARIABLE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?|\b(?:at load|at capture|at warmup|under load)\b")
+
+
+def _signature(message: str) -> str:
+    """An error message without what varies between occurrences (numbers, addresses, the stage)."""
+    return " ".join(_VARIABLE.sub("#", message).split())
 
 
 def _one_line(text: str, limit: int = 200) -> str:
