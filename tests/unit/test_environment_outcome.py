@@ -1,12 +1,12 @@
-"""The environment outcome: retried, never a rule, never the configuration's fault, and a stop when it recurs."""
+"""The environment outcome: retried, never a rule, never the configuration's fault; a stop when it recurs."""
 
 from __future__ import annotations
 
 import pytest
 
 from tuner.config import NOT_THE_CONFIGURATION, CudaGraph, Outcome, TrialConfig
-from tuner.search.evidence import Evidence, knobs_of
 from tuner.errors import InfrastructureError
+from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.rules import rules_from
 from tuner.space.sections import Budget
 from tuner.study.backoff import InfraBackoff
@@ -36,14 +36,16 @@ def test_the_same_environment_error_on_a_second_configuration_stops_the_run() ->
     backoff.after(Outcome.ENVIRONMENT, PROXY, "cfg-a")
     backoff.after(Outcome.ENVIRONMENT, PROXY, "cfg-a")  # its retry: the same configuration
     assert len(slept) == 2  # paced like any infrastructure fault
-    with pytest.raises(InfrastructureError, match=r"same environment error on 2 different configurations") as err:
-        backoff.after(Outcome.ENVIRONMENT, PROXY.replace("at warmup", "at load").replace("502", "502"), "cfg-b")
+    again = r"same environment error on 2 different configurations"
+    with pytest.raises(InfrastructureError, match=again) as err:
+        backoff.after(Outcome.ENVIRONMENT, PROXY.replace("at warmup", "at load"), "cfg-b")
     assert "\n" not in str(err.value) and "Response [502]" in str(err.value)
 
 
 def test_different_environment_errors_or_other_outcomes_do_not_stop_it() -> None:
     backoff = InfraBackoff.from_budget(Budget(max_infra_failures=10), lambda s: None)
     backoff.after(Outcome.ENVIRONMENT, PROXY, "cfg-a")
-    backoff.after(Outcome.ENVIRONMENT, "the environment, not the configuration: a disk or /dev/shm is full", "cfg-b")
+    disk = "the environment, not the configuration: a disk or /dev/shm is full"
+    backoff.after(Outcome.ENVIRONMENT, disk, "cfg-b")
     backoff.after(Outcome.CRASHED, PROXY, "cfg-c")  # a crash is the configuration's: not counted
     assert backoff.failures == 0

@@ -41,7 +41,9 @@ def tb(*body: str, frames: tuple[str, ...] = ()) -> list[str]:
     ]
 
 
-def classify(lines: list[str], exit_code: int | None = -9, phase: Phase = Phase.LAUNCH) -> tuple[Outcome, str, str | None]:
+def classify(
+    lines: list[str], exit_code: int | None = -9, phase: Phase = Phase.LAUNCH
+) -> tuple[Outcome, str, str | None]:
     v = classify_failure(lines, exit_code=exit_code, phase=phase)
     return v.outcome, v.message, v.stage
 
@@ -159,7 +161,9 @@ def test_batch_scheduling_frames_are_serving() -> None:
         '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1105, in event_loop_normal',
         '  File "/sgl/python/sglang/srt/managers/schedule_batch.py", line 1400, in prepare_for_extend',
     )
-    outcome, message, stage = classify(HEAD + tb("IndexError: list index out of range", frames=frames) + TEARDOWN)
+    outcome, message, stage = classify(
+        HEAD + tb("IndexError: list index out of range", frames=frames) + TEARDOWN
+    )
     assert outcome is Outcome.CRASHED and stage == "serving", message
 
 
@@ -231,5 +235,7 @@ def test_a_kernel_library_that_cannot_be_imported_makes_its_backend_unsupported(
 
 def test_an_import_failure_outside_attention_backends_is_a_crash() -> None:
     frames = ('  File "/sgl/python/sglang/srt/layers/moe/fused_moe_triton/layer.py", line 40, in __init__',)
-    lines = HEAD + tb("ImportError: cannot import name 'moe_align' from 'sgl_kernel'", frames=frames) + TEARDOWN
+    lines = (
+        HEAD + tb("ImportError: cannot import name 'moe_align' from 'sgl_kernel'", frames=frames) + TEARDOWN
+    )
     assert classify(lines)[0] is Outcome.CRASHED

@@ -109,7 +109,8 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     )
     if outcome is Outcome.CRASHED and _backend_cannot_be_built(clean, i, event):
         name = backend or "attention"
-        outcome, message = Outcome.UNSUPPORTED, f"the {name} backend cannot be built here {stage}: {event.detail}"
+        outcome = Outcome.UNSUPPORTED
+        message = f"the {name} backend cannot be built here {stage}: {event.detail}"
     return FailureVerdict(
         outcome=outcome,
         message=_one_line(message),

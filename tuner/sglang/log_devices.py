@@ -72,23 +72,22 @@ DEVICE_ERROR_LINE = (
 
 # The server crashing itself: Python's fault handler, the C runtime's abort, the HSA queue callback.
 SELF_ABORT = re.compile(
-    r"Fatal Python error: (?:Aborted|Segmentation fault|Bus error|Floating point exception|Illegal instruction)"
-    r"|(?:Aborted|Segmentation fault|Bus error|Illegal instruction) \(core dumped\)|^(?:Aborted|Segmentation fault)\s*$"
+    r"Fatal Python error: (?:Aborted|Segmentation fault|Bus error|Floating point exception"
+    r"|Illegal instruction)|(?:Aborted|Segmentation fault|Bus error|Illegal instruction) \(core dumped\)"
+    r"|^(?:Aborted|Segmentation fault)\s*$"
     r"|terminate called after throwing an instance of|\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)\b"
     r"|Signal: (?:Segmentation fault|Aborted)|Queue 0x[0-9a-f]+ aborting with error"
     r"|crashed with exit code -(?:4|6|7|8|11)\b|exit code: -(?:4|6|7|8|11)\b",
     re.M,
 )
 # Signals a process sends itself when it crashes (abort, faults); the others come from outside.
-SELF_SIGNALS = frozenset(
-    {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
-)
+SELF_SIGNALS = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE})
 
 # Failures no launch flag can cause: (pattern, what it is). Localhost never counts as the network.
 _ENVIRONMENT = (
     (r"address already in use|\[Errno 98\]", "a port is held by another process"),
-    (r"res=<Response \[(?:502|503|504|407)\]>|\bProxyError\b|Cannot connect to proxy|Tunnel connection failed",
-     "a proxy answered instead of the server (set no_proxy for 127.0.0.1)"),
+    (r"res=<Response \[(?:502|503|504|407)\]>|\bProxyError\b|Cannot connect to proxy"
+     r"|Tunnel connection failed", "a proxy answered instead of the server (set no_proxy for 127.0.0.1)"),
     (r"Temporary failure in name resolution|Name or service not known|Network is unreachable|\[Errno 101\]"
      r"|Failed to resolve '|We couldn't connect to 'https?://|LocalEntryNotFoundError|OfflineModeIsEnabled"
      r"|HTTPSConnectionPool\(host='(?!localhost|127\.|0\.0\.0\.0)",
@@ -117,6 +116,5 @@ def device_name(text: str) -> str:
     if m is None:
         return "CUDA"
     word = m.group(1) or m.group(2)
-    return {"hip": "HIP", "HSA_": "HIP", "musa": "MUSA", "torch_npu": "NPU", "ACL": "NPU", "UR_": "XPU"}.get(
-        word, word.upper()
-    )
+    names = {"hip": "HIP", "HSA_": "HIP", "musa": "MUSA", "torch_npu": "NPU", "ACL": "NPU", "UR_": "XPU"}
+    return names.get(word, word.upper())

@@ -72,7 +72,6 @@ class InfraBackoff:
         self.waits_s.append(wait)
         self.sleep(wait)
 
-
     def _environment(self, message: str, config: str) -> None:
         """Stop when the same environment error has now failed two different configurations."""
         seen = self.environment.setdefault(_signature(message), set())

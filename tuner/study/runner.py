@@ -86,7 +86,7 @@ class StudyRunner:
         self.watch = StoreWatch(db_url)  # the file vanishing or replaced stops the run
         self.backoff = InfraBackoff.from_budget(space.budget, INTERRUPTS.nap)
         self._last_failure = ""
-        self._last_config = ""  # the configuration key of the last trial (environment errors are told apart by it)
+        self._last_config = ""  # the last trial's configuration key: tells environment errors apart
         self.name = self.study.study_name
         self.budget: int | None = n_trials or space.budget.n_trials
         self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
@@ -190,7 +190,7 @@ class StudyRunner:
                 if outcome is Outcome.INTERRUPTED:
                     interrupted = True
                     break
-                self.backoff.after(outcome, self._last_failure, self._last_config)  # infrastructure: pause, cap
+                self.backoff.after(outcome, self._last_failure, self._last_config)  # infra: pause, cap
                 left = self._fill_in() if idle and idle % fill.FILL_IN_AFTER == 0 else None
                 if left is not None and (left.total is not None or idle >= self.space.search.max_pruned_asks):
                     exhausted = fill.exhausted(idle, left)
