@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from tuner.config import Outcome, Phase
+from tuner.sglang.log_events import KvSummary
+from tuner.sglang.log_parse import parse_line
 from tuner.sglang.logs import classify_failure
 
 HEAD = [
@@ -239,3 +241,9 @@ def test_an_import_failure_outside_attention_backends_is_a_crash() -> None:
         HEAD + tb("ImportError: cannot import name 'moe_align' from 'sgl_kernel'", frames=frames) + TEARDOWN
     )
     assert classify(lines)[0] is Outcome.CRASHED
+
+
+def test_a_summary_field_behind_other_text_never_raises() -> None:
+    """A collector's prefix or a wrapper before `max_total_num_tokens=` left the old parser with a KeyError."""
+    event = parse_line("ERROR 2026-05-01T10:00:00Z [severity: ERROR] foo max_total_num_tokens=314304, x=1")
+    assert isinstance(event, KvSummary) and event.max_total_num_tokens == 314304

@@ -260,10 +260,10 @@ def _capture(m: re.Match[str]) -> LogEvent:
     return CaptureEnd(elapsed_s=elapsed, mem_usage_gb=_num(f, "mem usage"), **common)  # type: ignore[arg-type]
 
 
-def _summary(msg: str) -> KvSummary:
+def _summary(msg: str, m: re.Match[str]) -> KvSummary:
     f = _fields(msg)
     return KvSummary(
-        max_total_num_tokens=int(f["max_total_num_tokens"]),
+        max_total_num_tokens=int(m.group(1)),  # by the pattern: whatever precedes it on the line
         chunked_prefill_size=_int(f, "chunked_prefill_size"),
         max_prefill_tokens=_int(f, "max_prefill_tokens"),
         max_running_requests=_int(f, "max_running_requests"),
@@ -325,8 +325,8 @@ def parse_line(line: str) -> LogEvent | None:
         return _capture(m)
     if m := _KV_ALLOC.search(msg):
         return _kv_alloc(m)
-    if _SUMMARY.search(msg):
-        return _summary(msg)
+    if m := _SUMMARY.search(msg):
+        return _summary(msg, m)
     if m := _DECODE.search(msg):
         return _decode(m, rank)
     if m := _PREFILL.search(msg):
