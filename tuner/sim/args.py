@@ -55,6 +55,7 @@ class SimOptions:
     scenario: str = DEFAULT_SCENARIO
     seed: int | None = None
     noise_pct: float | None = None  # overrides the scenario's perf.noise_pct (0: noise-free)
+    platform: str | None = None  # overrides the scenario's platform (the device runtime's words)
     gpu_backed: bool = False  # hold real device memory (torch) instead of publishing state files
     publish_gpus: bool = False  # only write the scenario's gpus.json into the state directory, then exit
     inject: Injections = field(default_factory=Injections)
@@ -127,6 +128,8 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
                 values["seed"] = int(value)
             except ValueError as exc:
                 raise SimFlagError(f"argument --sim-seed: invalid int value: {value!r}") from exc
+        elif key == "platform":
+            values["platform"] = value
         elif key == "noise":
             try:
                 values["noise_pct"] = float(value)

@@ -168,7 +168,7 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
     t0 = time.monotonic()
     time.sleep(s.model.load_s)
     if not mem.real and context_mib + plan.weights_mib > plan.total_mib:
-        _fail(job, "load", logfmt.cuda_oom(plan.weights_mib, plan.total_mib, mem.avail_mib))
+        _fail(job, "load", logfmt.cuda_oom(plan.weights_mib, plan.total_mib, mem.avail_mib, s.platform))
     mem.set(context_mib + plan.weights_mib, "load")
     log.info(
         logfmt.load_end(
@@ -186,7 +186,7 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
         _fail(
             job,
             "capture" if launch.graphs else "forward",
-            launch.unsupported_error or "RuntimeError: Unsupported architecture",
+            launch.unsupported_error or logfmt.no_kernel_for_device(s.platform),
         )
     if launch.graphs:
         before = mem.avail_mib
@@ -206,7 +206,9 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
                 "capture",
                 logfmt.capture_failed(
                     launch.version,
-                    logfmt.cuda_oom(tried, plan.total_mib, mem.avail_mib)[len("torch.OutOfMemoryError: ") :],
+                    logfmt.cuda_oom(tried, plan.total_mib, mem.avail_mib, s.platform)[
+                        len("torch.OutOfMemoryError: ") :
+                    ],
                 ),
             )
         mem.set(plan.idle_used_mib, "capture")

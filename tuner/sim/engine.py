@@ -183,7 +183,8 @@ class Engine:
         used = self._plan.idle_used_mib + act
         if used > self._plan.total_mib and not self._real_memory:
             free = self._plan.total_mib - self.peak_used_mib
-            self._die(logfmt.scheduler_exception("forward", logfmt.cuda_oom(act, self._plan.total_mib, free)))
+            oom = logfmt.cuda_oom(act, self._plan.total_mib, free, self._s.platform)
+            self._die(logfmt.scheduler_exception("forward", oom))
         elif used > self.peak_used_mib + 1:
             self.peak_used_mib = used
             self._on_peak(used)
@@ -238,11 +239,7 @@ class Engine:
             r.queue.put_nowait(DONE)
             self.finished_requests += 1
             if self._crash_after is not None and self.finished_requests >= self._crash_after:
-                self._die(
-                    logfmt.scheduler_exception(
-                        "forward", "RuntimeError: CUDA error: an illegal memory access was encountered"
-                    )
-                )
+                self._die(logfmt.scheduler_exception("forward", logfmt.device_fault(self._s.platform)))
 
     def _die(self, text: str) -> None:
         if not self.dead:

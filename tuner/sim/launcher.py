@@ -30,7 +30,7 @@ from tuner.sim.engine import Engine, Request
 from tuner.sim.faults import BenchFaults
 from tuner.sim.resolve import Launch, at_least, resolve_launch
 from tuner.sim.routes import make_app
-from tuner.sim.scenario import Scenario, load_scenario
+from tuner.sim.scenario import PLATFORMS, Scenario, load_scenario
 from tuner.sim.state import ServerState
 from tuner.sim.text import answer
 
@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         scenario = load_scenario(sim.scenario)
         if sim.noise_pct is not None:
             scenario = replace(scenario, perf=replace(scenario.perf, noise_pct=sim.noise_pct))
+        if sim.platform is not None:
+            if sim.platform not in PLATFORMS:
+                sys.stderr.write(f"tuner.sim: error: --sim-platform: one of {', '.join(PLATFORMS)}\n")
+                return 2
+            scenario = replace(scenario, platform=sim.platform)
     except TunerError as exc:
         sys.stderr.write(f"tuner.sim: error: {exc}\n")
         return 2

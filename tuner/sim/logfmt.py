@@ -138,6 +138,7 @@ def retract(n_reqs: int, tokens_gained: int) -> str:
         f"#new_tokens_gained: {tokens_gained}"
     )
 
+
 DECODE_OOM = "Decode out of memory. Try to lower your batch size."
 SIGQUIT_LAUNCH = "Received sigquit from a child process. It usually means the child failed."
 
@@ -197,13 +198,51 @@ def kv_frames(version: str, budget: bool) -> str:
     return "kv_mixin" if at_least(version, "0.5.7") else "kv"
 
 
-def cuda_oom(tried_mib: float, total_mib: float, free_mib: float) -> str:
+def cuda_oom(tried_mib: float, total_mib: float, free_mib: float, platform: str = "cuda") -> str:
+    """torch's allocator out of memory, in the words of the platform's allocator.
+
+    c10's caching allocator (CUDA; HIP prints its device as HIP), torch_npu's (its own layout:
+    totals in parentheses) and the XPU/MUSA ones, which copy c10's.
+    """
+    tried, total, free = tried_mib / 1024, total_mib / 1024, max(free_mib, 0)
+    if platform == "ascend":
+        used = max(total - free / 1024 - tried, 0)
+        return (
+            f"torch.OutOfMemoryError: NPU out of memory. Tried to allocate {tried:.2f} GiB (NPU 0; "
+            f"{total:.2f} GiB total capacity; {used:.2f} GiB already allocated; "
+            f"{used:.2f} GiB current active; {free:.2f} MiB free; {used:.2f} GiB reserved in total by "
+            "PyTorch) If reserved memory is >> "
+            "allocated memory try setting max_split_size_mb to avoid fragmentation."
+        )
+    device = {"rocm": "HIP", "xpu": "XPU", "musa": "MUSA"}.get(platform, "CUDA")
     return (
-        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried_mib / 1024:.2f} GiB. "
-        f"GPU 0 has a total capacity of {total_mib / 1024:.2f} GiB "
-        f"of which {max(free_mib, 0):.2f} MiB is free. "
+        f"torch.OutOfMemoryError: {device} out of memory. Tried to allocate {tried:.2f} GiB. "
+        f"GPU 0 has a total capacity of {total:.2f} GiB "
+        f"of which {free:.2f} MiB is free. "
         "Of the allocated memory all but a little is allocated by PyTorch."
     )
+
+
+def device_fault(platform: str = "cuda") -> str:
+    """An asynchronous device fault as the platform's runtime reports it at the next synchronisation."""
+    return {
+        "rocm": "torch.AcceleratorError: HIP error: an illegal memory access was encountered\n"
+        "HIP kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        "below might be incorrect.\nFor debugging consider passing AMD_SERIALIZE_KERNEL=3",
+        "ascend": "RuntimeError: ACL stream synchronize failed, error code:507015",
+        "xpu": "RuntimeError: Native API failed. Native API returns: -36 (UR_RESULT_ERROR_DEVICE_LOST)",
+        "musa": "RuntimeError: MUSA error: an illegal memory access was encountered",
+    }.get(platform, "RuntimeError: CUDA error: an illegal memory access was encountered")
+
+
+def no_kernel_for_device(platform: str = "cuda") -> str:
+    """A kernel with no code for the device, as the platform's runtime says it."""
+    return {
+        "rocm": "RuntimeError: HIP error: invalid device function\n"
+        "HIP kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        "below might be incorrect.",
+        "musa": "RuntimeError: MUSA error: no kernel image is available for execution on the device",
+    }.get(platform, "RuntimeError: Unsupported architecture")
 
 
 def capture_failed(version: str, cause: str) -> str:

@@ -102,6 +102,7 @@ class Scenario:
     backends: dict[str, BackendRule] = field(default_factory=dict)
     default_backend: BackendRule = field(default_factory=BackendRule)
     description: str = ""
+    platform: str = "cuda"  # the device runtime whose words the errors are in (logfmt.PLATFORMS)
 
     def backend(self, name: str | None) -> BackendRule:
         """The rule for backend `name` (None = nothing chosen)."""
@@ -129,9 +130,13 @@ def parse_scenario(raw: Any, where: str) -> Scenario:
     for backend, rule in raw_backends.items():
         backends[str(backend)] = parse_backend(rule, where, f"backends.{backend}")
     default = backends.pop("default", BackendRule())
+    platform = raw.get("platform", "cuda")
+    if platform not in PLATFORMS:
+        raise fail(where, "platform", "one of " + ", ".join(PLATFORMS), platform)
     return Scenario(
         name=name,
         description=description,
+        platform=platform,
         gpus=GpuSpec(**check_section(raw.get("gpus"), GPU_FIELDS, where, "gpus")),
         model=ModelSpec(**check_section(raw.get("model"), MODEL_FIELDS, where, "model")),
         memory=MemorySpec(**check_section(raw.get("memory"), MEMORY_FIELDS, where, "memory")),
@@ -189,7 +194,10 @@ def _capability(value: str) -> str | None:
 
 # KV dtypes a scenario may name (SGLang's --kv-cache-dtype spellings)
 KV_DTYPES = ("fp8_e4m3", "fp8_e5m2", "mxfp8", "bf16", "bfloat16", "fp4_e2m1", "nvfp4", "fp4_mx_block16")
-ROOT_KEYS = ("name", "description", "gpus", "model", "memory", "perf", "backends")
+# The device platforms a scenario can pretend (SGLang's --device cuda covers ROCm too; the runtime
+# underneath decides the words of its errors: logfmt speaks each).
+PLATFORMS = ("cuda", "rocm", "ascend", "xpu", "musa")
+ROOT_KEYS = ("name", "description", "gpus", "model", "memory", "perf", "backends", "platform")
 GPU_FIELDS = {
     "name": Field(kind="str"),
     "compute_capability": Field(kind="str", check=_capability),
