@@ -94,6 +94,8 @@ FAULT_LINES = (
     "RuntimeError: ACL stream synchronize failed, error code:507015",
     "RuntimeError: synchronize:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:361 NPU function error: c10_npu::acl::AclrtSynchronizeStreamWithTimeout(stream()), error code is 507011",
     "torch.AcceleratorError: CUDA error: device-side assert triggered",
+    "[ASSERT] /usr/local/Ascend/opp/built-in/op_impl/ai_core/tbe/impl/dynamic/../ascendc/gather_v3/gather_v3_base.h:137: "
+    "Assertion `(0 <= val && val < this->gxSize_)' Index 4455804570913351284 out of range[0 203136)!",
     "RuntimeError: Native API failed. Native API returns: -36 (UR_RESULT_ERROR_DEVICE_LOST)",
 )
 
@@ -167,6 +169,17 @@ def test_batch_scheduling_frames_are_serving() -> None:
         HEAD + tb("IndexError: list index out of range", frames=frames) + TEARDOWN
     )
     assert outcome is Outcome.CRASHED and stage == "serving", message
+
+
+def test_a_traceback_cut_where_the_scheduler_enters_its_event_loop_is_serving() -> None:
+    lines = [
+        "[2026-03-07 03:03:55 TP9 EP9] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3253, in run_scheduler_process',
+        "    scheduler.run_event_loop()",
+        '  File "/sgl/python/sglang/srt/managers/sche',
+    ]
+    outcome, _, stage = classify(lines)
+    assert outcome is Outcome.CRASHED and stage == "serving"
 
 
 @pytest.mark.parametrize("cut", [False, True])

@@ -24,6 +24,8 @@ _SERVING_FRAME = re.compile(
     r"|process_batch_result\w*|get_next_batch_to_run|update_running_batch|get_new_batch_prefill"
     r"|self_check_during_idle|on_idle|loop_for_forward|exposed_step|forward_step)\b"
 )
+# A traceback's code line that calls the scheduler's event loop: initialisation is over, it serves.
+_SERVING_CALL = re.compile(r"^\s+(?:[\w.]+\.)?(?:run_event_loop|dispatch_event_loop|event_loop_\w+)\(")
 # Frames of CUDA-graph capture (decode graphs, prefill/piecewise graphs, their set-up).
 _CAPTURE_FRAME = re.compile(
     r"\bin (?:capture|capture_one_batch_size|init_cuda_graphs|init_device_graphs|init_prefill_cuda_graph"
@@ -102,7 +104,7 @@ def frames(lines: Sequence[str]) -> list[Frame]:
 
 def frame_stage(lines: Sequence[str]) -> str | None:
     """'serving' or 'capture' when some traceback frame proves it, else None (serving wins)."""
-    if any(_SERVING_FRAME.search(line) for line in lines):
+    if any(_SERVING_FRAME.search(line) or _SERVING_CALL.match(line) for line in lines):
         return "serving"
     if any(_CAPTURE_FRAME.search(line) for line in lines):
         return "capture"

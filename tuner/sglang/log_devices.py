@@ -53,7 +53,8 @@ DEVICE_FAULT = re.compile(
     r"|\bHSA_STATUS_ERROR_(?:EXCEPTION|MEMORY_FAULT|MEMORY_APERTURE_VIOLATION|ILLEGAL_INSTRUCTION)\b"
     r"|Memory access fault by GPU node|HW Exception by GPU node|GPU Hang\b"
     r"|ACL stream synchronize failed|AclrtSynchronizeStream|AICore execution error|aicore (?:exception|error)"
-    r"|\bUR_RESULT_ERROR_DEVICE_LOST\b|\bPI_ERROR_DEVICE_LOST\b|CUBLAS_STATUS_EXECUTION_FAILED",
+    r"|\bUR_RESULT_ERROR_DEVICE_LOST\b|\bPI_ERROR_DEVICE_LOST\b|CUBLAS_STATUS_EXECUTION_FAILED"
+    r"|^\[ASSERT\] \S+:\d+: Assertion",  # an AscendC kernel's assertion (printed by the device)
     re.I,
 )
 
@@ -68,6 +69,7 @@ DEVICE_ERROR_LINE = (
     r"HW Exception by GPU node.*",
     r".*\bhipError(?!Success)\w+.*",
     r".*\bUR_RESULT_ERROR_\w+.*",
+    r"^\[ASSERT\] \S+:\d+: Assertion .*",
 )
 
 # The server crashing itself: Python's fault handler, the C runtime's abort, the HSA queue callback.
