@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from tuner.config import NOT_THE_CONFIGURATION, CudaGraph, Outcome, TrialConfig
@@ -49,3 +51,25 @@ def test_different_environment_errors_or_other_outcomes_do_not_stop_it() -> None
     backoff.after(Outcome.ENVIRONMENT, disk, "cfg-b")
     backoff.after(Outcome.CRASHED, PROXY, "cfg-c")  # a crash is the configuration's: not counted
     assert backoff.failures == 0
+
+
+def test_the_live_display_counts_an_environment_failure_as_retried_not_done() -> None:
+    from rich.console import Console
+
+    from tuner.cli.display import RunDisplay
+    from tuner.study.events import TrialEvent
+
+    display = RunDisplay(budget=4, metric_names=("output_throughput",), console=Console(file=io.StringIO()))
+    for n, outcome in enumerate((Outcome.ENVIRONMENT, Outcome.CRASHED)):
+        event = TrialEvent(
+            number=n,
+            outcome=outcome,
+            values=(),
+            feasible=False,
+            reused_from=None,
+            message=PROXY,
+            duration_s=1.0,
+        )
+        display.on_trial(event)
+    assert display.done == 1
+    assert "environment" in [e.outcome.value for e in display.history]

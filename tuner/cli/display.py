@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tuner.config import Outcome, Phase
+from tuner.config import NOT_THE_CONFIGURATION, Outcome, Phase
 from tuner.result import TrialResult
 from tuner.study.events import TrialEvent
 
@@ -84,7 +84,7 @@ class RunDisplay:
         self.history.append(event)
         if event.reused_from is None:
             self.durations.append(event.duration_s)
-        if event.outcome is not Outcome.INTERRUPTED and event.outcome is not Outcome.INFRA_ERROR:
+        if event.outcome not in NOT_THE_CONFIGURATION:  # retried: the budget still owes this launch
             self.done += 1
         if event.feasible:
             for name, value in zip(self.metric_names, event.values, strict=False):
