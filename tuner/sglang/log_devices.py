@@ -8,54 +8,102 @@ Zero / Unified Runtime) and Moore Threads MUSA. torch reports an allocator failu
 errors `hipError...`, the HSA runtime `HSA_STATUS_ERROR_...` and its queue-abort callback
 `Memory access fault by GPU node-N ...`, ACL `ACL stream synchronize failed, error code:...`,
 Unified Runtime `UR_RESULT_ERROR_...`. The patterns here are built from those vocabularies
-(hip_error.cpp's strings, hsa.h's status names, torch_npu's and c10's allocator messages), never
-from one log: an allocator out of memory, a kernel not built for this device, an asynchronous
-device fault (reported at the next synchronisation, wherever that is), the process aborting
-itself, and failures no launch flag can cause (the machine, its network, another process).
+never from one log: an allocator out of memory, a kernel not built for this device, an
+asynchronous device fault (reported at the next synchronisation, wherever that is), the process
+aborting itself, and failures no launch flag can cause (the machine, its network, another process).
+
+The HIP and HSA runtimes' errors are mined from their sources (scripts/mine_device_errors.py ->
+device_errors.json: hipGetErrorString's strings, hsa_status_string's descriptions, ROCR's and CLR's
+fault reports); CUDA's runtime returns the same strings for the errors HIP mirrors. The rest are
+the allocators' messages (c10's, torch_npu's, XPU's and MUSA's copies of c10's), NVIDIA's ptxas and
+no-kernel-image, ACL's and Unified Runtime's error names, written here from their sources' wording.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+from collections import defaultdict
+from importlib import resources
 
 # The device names torch and its out-of-tree backends print before "out of memory" / "error:".
 _DEVICE = r"(?:CUDA|HIP|NPU|XPU|MUSA|MPS|MLU)"
+_HOLES = re.compile(r"%(?:0?\d*[udxsp]|l?[udx])")
+
+
+def _template(literal: str) -> str:
+    """A printf template as a pattern (each hole any short run of text)."""
+    return r".{0,120}?".join(re.escape(part) for part in _HOLES.split(literal))
+
+
+def _mined() -> dict[str, tuple[str, ...]]:
+    """class -> pattern alternatives, from the mined HIP/HSA errors (device_errors.json)."""
+    text = resources.files("tuner.sglang").joinpath("device_errors.json").read_text(encoding="utf-8")
+    out: dict[str, list[str]] = defaultdict(list)
+    for runtime, name, message, cls in json.loads(text)["errors"]:
+        if cls == "abort":  # a runtime's fault report: a fault, and the process aborts after it
+            out["abort"].append(_template(message))
+        elif runtime == "hsa":
+            out[cls].append(rf"\b{name}\b")
+        else:  # torch prints `HIP error: <string>` (CUDA's and MUSA's strings are HIP's)
+            out[cls] += [
+                rf"\b{name}\b",
+                rf"\b(?:cuda|musa){name[3:]}\b",
+                rf"\b{_DEVICE} error: {re.escape(message)}",
+            ]
+    return {cls: tuple(patterns) for cls, patterns in out.items()}
+
+
+MINED = _mined()
+
+
+def _any(*patterns: str) -> str:
+    return "|".join(p for p in patterns if p)
+
 
 # An allocator that could not get device memory: the size of something the configuration chose.
+# torch's `<DEVICE> out of memory. Tried to allocate ...` (c10, torch_npu, XPU, MUSA), NVIDIA's and
+# Unified Runtime's allocation errors, ACL's; HIP's from the mined table.
 OOM = re.compile(
-    rf"\b{_DEVICE} out of memory"
-    r"|OutOfMemoryError"
-    rf"|\b{_DEVICE} error: out of memory"
-    r"|\b(?:hipErrorOutOfMemory|cudaErrorMemoryAllocation|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
-    r"|PI_ERROR_OUT_OF_RESOURCES|ACL_ERROR_RT_MEMORY_ALLOCATION|musaErrorMemoryAllocation)\b",
+    _any(
+        rf"\b{_DEVICE} out of memory|OutOfMemoryError|\b{_DEVICE} error: out of memory",
+        r"\b(?:cudaErrorMemoryAllocation|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES"
+        r"|ACL_ERROR_RT_MEMORY_ALLOCATION)\b",
+        *MINED.get("oom", ()),
+    ),
     re.I,
 )
 
-# A kernel with no code for this device: NVIDIA's no-kernel-image and PTX targets, HIP's missing
-# code object (hipErrorInvalidDeviceFunction, hipErrorNoBinaryForGpu), SYCL's missing binary.
+# A kernel with no code for this device: NVIDIA's no-kernel-image and PTX targets, SYCL's missing
+# binary; HIP's missing code object and HSA's invalid ISA from the mined table.
 UNSUPPORTED = re.compile(
-    r"Unsupported architecture|not supported on \.target '?sm_\d+"
-    r"|ptxas fatal\s*: Value '?sm_\d+\w*'? is not defined"
-    r"|no kernel image is available for execution|cudaErrorNoKernelImageForDevice"
-    rf"|\b{_DEVICE} error: invalid device function|\bhipErrorInvalidDeviceFunction\b"
-    r"|\bhipErrorNoBinaryForGpu\b|\bcudaErrorInvalidDeviceFunction\b"
-    r"|\b(?:UR_RESULT_ERROR_INVALID_BINARY|PI_ERROR_INVALID_BINARY)\b|No kernel named \S+ was found"
+    _any(
+        r"Unsupported architecture|not supported on \.target '?sm_\d+",
+        r"ptxas fatal\s*: Value '?sm_\d+\w*'? is not defined",
+        r"no kernel image is available for execution|cudaErrorNoKernelImageForDevice",
+        r"\b(?:UR_RESULT_ERROR_INVALID_BINARY|PI_ERROR_INVALID_BINARY)\b|No kernel named \S+ was found",
+        *MINED.get("unsupported", ()),
+    )
 )
 
 # A fault the device reports asynchronously: it surfaces at the next synchronisation point, so the
-# frame or allocator it is reported in says nothing of where it happened.
+# frame or allocator it is reported in says nothing of where it happened. NVIDIA's (the strings HIP
+# mirrors are mined), ACL's and AscendC's, Unified Runtime's, cuBLAS's; HIP's, HSA's and the ROCm
+# runtimes' fault reports from the mined table.
 DEVICE_FAULT = re.compile(
-    r"device-side assert(?:ion)? triggered|Device-side assertion [`'\"]|illegal memory access"
-    r"|unspecified launch failure|misaligned address|an illegal instruction was encountered"
-    r"|\b(?:hip|cuda|musa)Error(?:IllegalAddress|LaunchFailure|Assert|IllegalInstruction"
-    r"|MisalignedAddress|LaunchTimeOut)\b"
-    r"|\bHSA_STATUS_ERROR_(?:EXCEPTION|MEMORY_FAULT|MEMORY_APERTURE_VIOLATION|ILLEGAL_INSTRUCTION)\b"
-    r"|Memory access fault by GPU node|HW Exception by GPU node|GPU Hang\b"
-    r"|ACL stream synchronize failed|AclrtSynchronizeStream|AICore execution error|aicore (?:exception|error)"
-    r"|\bUR_RESULT_ERROR_DEVICE_LOST\b|\bPI_ERROR_DEVICE_LOST\b|CUBLAS_STATUS_EXECUTION_FAILED"
-    r"|^\[ASSERT\] \S+:\d+: Assertion",  # an AscendC kernel's assertion (printed by the device)
-    re.I,
+    _any(
+        r"Device-side assertion [`'\"]|illegal memory access|misaligned address",
+        r"an illegal instruction was encountered|\bcudaErrorMisalignedAddress\b|GPU Hang\b",
+        r"Memory access fault by GPU node",  # ROCR's report, also when a post elides its fields
+        r"ACL stream synchronize failed|AclrtSynchronizeStream",
+        r"AICore execution error|aicore (?:exception|error)",
+        r"\bUR_RESULT_ERROR_DEVICE_LOST\b|\bPI_ERROR_DEVICE_LOST\b|CUBLAS_STATUS_EXECUTION_FAILED",
+        r"^\[ASSERT\] \S+:\d+: Assertion",  # an AscendC kernel's assertion, printed by the device
+        *MINED.get("fault", ()),
+        *MINED.get("abort", ()),
+    ),
+    re.I | re.M,
 )
 
 # A line that is a device runtime's error (no class of its own unless one of the above says more).
@@ -65,8 +113,7 @@ DEVICE_ERROR_LINE = (
     r".*\bNPU function error: .*",
     r".*ACL stream synchronize failed.*",
     r".*\bHSA_STATUS_ERROR_\w+.*",
-    r"Memory access fault by GPU node.*",
-    r"HW Exception by GPU node.*",
+    *(f".*(?:{p}).*" for p in MINED.get("abort", ())),
     r".*\bhipError(?!Success)\w+.*",
     r".*\bUR_RESULT_ERROR_\w+.*",
     r"^\[ASSERT\] \S+:\d+: Assertion .*",
@@ -78,8 +125,9 @@ SELF_ABORT = re.compile(
     r"|Illegal instruction)|(?:Aborted|Segmentation fault|Bus error|Illegal instruction) \(core dumped\)"
     r"|^(?:Aborted|Segmentation fault)\s*$"
     r"|terminate called after throwing an instance of|\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)\b"
-    r"|Signal: (?:Segmentation fault|Aborted)|Queue 0x[0-9a-f]+ aborting with error"
-    r"|crashed with exit code -(?:4|6|7|8|11)\b|exit code: -(?:4|6|7|8|11)\b",
+    r"|Signal: (?:Segmentation fault|Aborted)"
+    r"|crashed with exit code -(?:4|6|7|8|11)\b|exit code: -(?:4|6|7|8|11)\b|"
+    + _any(*MINED.get("abort", ())),  # the ROCm runtimes abort the process after their fault reports
     re.M,
 )
 # Signals a process sends itself when it crashes (abort, faults); the others come from outside.
@@ -98,9 +146,10 @@ _ENVIRONMENT = (
     (r"\[Errno 28\] No space left on device|No space left on device", "a disk or /dev/shm is full"),
     (r"\[Errno 24\] Too many open files", "the open-file limit is too low"),
     (r"uncorrectable ECC error|cudaErrorECCUncorrectable|\bXid \d+\b", "the GPU reported a hardware fault"),
-    (r"no (?:CUDA|ROCm)-capable device is detected|No CUDA GPUs are available|\b(?:cuda|hip)ErrorNoDevice\b"
+    (r"no CUDA-capable device is detected|No CUDA GPUs are available"
      r"|CUDA-capable device\(s\) (?:is|are) busy or unavailable|cudaErrorDevicesUnavailable",
      "no usable device (held, hidden or absent)"),
+    (_any(*MINED.get("environment", ())), "the device or its driver (absent, too old, or a hardware fault)"),
 )  # fmt: skip
 _ENVIRONMENT_RE = tuple((re.compile(p, re.I), what) for p, what in _ENVIRONMENT)
 ENVIRONMENT_LINE = tuple(p for p, _ in _ENVIRONMENT)
