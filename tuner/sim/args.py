@@ -25,6 +25,7 @@ _INJECT_TYPES: dict[str, type] = {
     "http_error_rate": float,
     "bad_usage": str,
     "freeze_at": str,
+    "warmup_status": int,
 }
 _BAD_USAGE = tuple(BAD_USAGE)
 _HANG_POINTS = ("load", "capture")
@@ -45,6 +46,7 @@ class Injections:
     http_error_rate: float = 0.0  # this share of benchmark requests answered HTTP 500
     bad_usage: str | None = None  # benchmark requests' usage.completion_tokens: negative | huge | text
     freeze_at: str | None = None  # bench: SIGSTOP the server at the first benchmark request
+    warmup_status: int | None = None  # a proxy answers the server's own warmup request with this status
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

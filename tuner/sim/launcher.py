@@ -253,6 +253,9 @@ async def _serve(
     if sim.inject.crash_after_ready_s is not None:
         _crash_later(engine, send, sim.inject.crash_after_ready_s)
     if not launch.skip_server_warmup:
+        if sim.inject.warmup_status is not None:  # SGLang logs it and kills its own tree
+            log.error(logfmt.warmup_failed(launch.version, sim.inject.warmup_status))
+            _kill_tree_and_self(child)
         await _warmup(engine)
     if state.status == "Starting":
         state.status = "Up"

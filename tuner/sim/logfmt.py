@@ -293,6 +293,18 @@ _FRAMES = {
 }
 
 
+def warmup_failed(version: str, status: int) -> str:
+    """SGLang's warmup request answered by something else (a proxy: no body), as the server logs it."""
+    where = "entrypoints/http_server.py" if at_least(version, "0.4.4") else "server.py"
+    func = "_execute_server_warmup" if at_least(version, "0.4.4") else "_wait_and_warmup"
+    return (
+        "Initialization failed. warmup error: Traceback (most recent call last):\n"
+        f'  File "/sgl-workspace/sglang/python/sglang/srt/{where}", line 1434, in {func}\n'
+        '    assert res.status_code == 200, f"{res=}, {res.text=}"\n'
+        f"AssertionError: res=<Response [{status}]>, res.text=''"
+    )
+
+
 def scheduler_exception(where: str, error: str) -> str:
     """`Scheduler hit an exception: Traceback ...` ending in `error` (may span lines)."""
     lines = ["Scheduler hit an exception: Traceback (most recent call last):"]
