@@ -260,3 +260,23 @@ def test_a_summary_field_behind_other_text_never_raises() -> None:
     """A collector's prefix or a wrapper before `max_total_num_tokens=` left the old parser with a KeyError."""
     event = parse_line("ERROR 2026-05-01T10:00:00Z [severity: ERROR] foo max_total_num_tokens=314304, x=1")
     assert isinstance(event, KvSummary) and event.max_total_num_tokens == 314304
+
+
+def test_only_an_error_raised_at_the_site_itself_is_classed_by_the_site() -> None:
+    """Raised by the KV allocator: out of KV. Raised in torch, reported through it: a crash."""
+    site = (
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1105, in event_loop_overlap',
+        '  File "/sgl/python/sglang/srt/mem_cache/allocator.py", line 120, in alloc',
+        "    raise RuntimeError(msg)",
+    )
+    deeper = (
+        *site[:2],
+        "    out = torch.ops.sgl_kernel.alloc_extend(a, b)",
+        '  File "/usr/lib/python3.12/site-packages/torch/_ops.py", line 1209, in __call__',
+        "    return self._op(*args, **kwargs)",
+    )
+    error = "RuntimeError: expected a non-empty free list"
+    outcome, _, stage = classify(SERVING + tb(error, frames=site) + TEARDOWN)
+    assert outcome is Outcome.OOM and stage == "serving"
+    outcome, message, stage = classify(SERVING + tb(error, frames=deeper) + TEARDOWN)
+    assert outcome is Outcome.CRASHED and stage == "serving", message

@@ -33,6 +33,7 @@ from tuner.sglang.log_sites import (
     failing_block,
     failure_site,
     is_frame_line,
+    raised_at,
     where,
 )
 from tuner.sglang.log_state import LogState
@@ -100,7 +101,11 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     elif not event.kind.is_root_cause and not event.kind.is_teardown:
         event = replace(event, detail=event.line.strip())  # all of `torch.AcceleratorError: CUDA error: ...`
     event = _whole_message(event, clean, i)
-    event = by_site(event, None if event.fault else site)  # a fault is reported where the device synced
+    # Only an error raised at a site directly is classed by it; a fault is reported where the device synced.
+    start, end = block_bounds(clean, i)
+    cut = event.kind is FailureKind.CHILD_EXCEPTION  # no error line: the traceback stops in the raiser
+    direct = raised_at(clean[start:end] if cut else clean[start : i + 1])
+    event = by_site(event, None if event.fault else direct)
     stage = _stage(before, phase, frames_say, event.kind)
     outcome, message = verdict(event, stage, exit_code, before_load=before.stage == "start")
     # A bad flag's line lists the choices it had: naming one of them blames no backend.

@@ -166,6 +166,21 @@ def site_of(frame: SiteFrame) -> Site | None:
     return None
 
 
+def raised_at(lines: Sequence[str]) -> Site | None:
+    """The site the error was raised in directly: the traceback's innermost frame, if it is a known site.
+
+    An error raised deeper (in torch, a kernel library, a helper) is reported through the site's
+    frame, not raised by it: the site says nothing of its class.
+    """
+    last = None
+    for line in lines:
+        if (m := _FRAME.search(line) or _BARE.search(line)) is not None:
+            last = m
+    if last is None or (rel := _SRT.search(last["path"])) is None:
+        return None
+    return site_of(SiteFrame(rel=rel["rel"] or rel["short"], func=last["func"]))
+
+
 def failure_site(lines: Sequence[str]) -> Site | None:
     """The site of the innermost SGLang frame of these lines that is a known site, if any."""
     for frame in reversed(sglang_frames(lines)):
