@@ -280,3 +280,19 @@ def test_only_an_error_raised_at_the_site_itself_is_classed_by_the_site() -> Non
     assert outcome is Outcome.OOM and stage == "serving"
     outcome, message, stage = classify(SERVING + tb(error, frames=deeper) + TEARDOWN)
     assert outcome is Outcome.CRASHED and stage == "serving", message
+
+
+def test_a_post_that_starts_inside_a_traceback_opens_it_at_its_first_frame() -> None:
+    """Code lines first (the post cut the header off), then frames: still a traceback, under each prefix."""
+    from tuner.sglang.log_prefix import FORMATS, apply_prefix
+
+    lines = [
+        "    result = self.run_batch(self.cur_batch, pp_proxy_tensors)",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3234, in run_batch',
+        "    batch_result = self.model_worker.forward_batch_generation(",
+        '  File "/sgl/python/sglang/srt/model_executor/model_runner.py", line 2922, in forward',
+    ]
+    for prefix in (None, *FORMATS):
+        wrapped = lines if prefix is None else [apply_prefix(prefix, line, n) for n, line in enumerate(lines)]
+        outcome, message, stage = classify(wrapped)
+        assert outcome is Outcome.CRASHED and stage == "serving", (prefix, message)

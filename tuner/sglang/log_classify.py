@@ -29,7 +29,6 @@ from tuner.sglang.log_prefix import strip_prefixes
 from tuner.sglang.log_sites import (
     SITE_KIND,
     by_site,
-    continues_traceback,
     failing_block,
     failure_site,
     is_frame_line,
@@ -68,13 +67,15 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     state = LogState()
     best: tuple[int, int, FailureLine, LogState] | None = None
     traceback: tuple[int, LogState] | None = None
+    record = -1  # the last line that starts a log record (SGLang's prefix): it ends any traceback above
     for i, line in enumerate(clean):
         event = parse_line(line)
+        record = i if has_prefix(line) else record
         if isinstance(event, FailureLine):
             rank = _priority(event)
             if best is None or rank < best[0] or (rank == best[0] == 2 and _is_error_line(event)):
                 best = (rank, i, event, state)
-        elif TRACEBACK_START.search(line) or (is_frame_line(line) and not continues_traceback(clean, i)):
+        elif TRACEBACK_START.search(line) or (is_frame_line(line) and _no_traceback_open(traceback, record)):
             traceback = (i, state)  # a traceback posted without its header still counts by its frames
         state = state.apply(event)
     if (banner := _rejected_command_line(clean, exit_code, best)) is not None:
@@ -124,6 +125,14 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         role=role,
         stage=STAGE_NAMES[stage],
     )
+
+
+def _no_traceback_open(traceback: tuple[int, LogState] | None, record: int) -> bool:
+    """True when no traceback is open: none began yet, or a log record came after the last one.
+
+    A post that starts inside a traceback (its code lines, then its frames) opens it at its first frame.
+    """
+    return traceback is None or record > traceback[0]
 
 
 def _stage(state: LogState, phase: Phase, frames_say: str | None, kind: FailureKind | None) -> str:

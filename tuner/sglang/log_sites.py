@@ -21,7 +21,6 @@ from importlib import resources
 
 from tuner.sglang.log_blame import block_bounds, frame_stage
 from tuner.sglang.log_events import FailureKind, FailureLine
-from tuner.sglang.log_parse import has_prefix
 
 
 class Site(str, Enum):
@@ -202,14 +201,6 @@ _OTHER_CLASS_KIND = {
     "unsupported": FailureKind.UNSUPPORTED_ARCH,
     "nan": FailureKind.NAN,
 }
-
-
-def continues_traceback(lines: Sequence[str], i: int) -> bool:
-    """True when line i continues a traceback already open above it (a frame, its code, a caret)."""
-    if i == 0:
-        return False
-    above = lines[i - 1]
-    return not has_prefix(above) and (above[:1].isspace() or bool(_FRAME.search(above)))
 
 
 def failing_block(lines: Sequence[str], i: int) -> Sequence[str]:
