@@ -135,7 +135,7 @@ SELF_SIGNALS = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.
 
 # Failures no launch flag can cause: (pattern, what it is). Localhost never counts as the network.
 _ENVIRONMENT = (
-    (r"address already in use|\[Errno 98\]", "a port is held by another process"),
+    (r"[Aa]ddress already in use|\[Errno 98\]", "a port is held by another process"),
     (r"res=<Response \[(?:502|503|504|407)\]>|\bProxyError\b|Cannot connect to proxy"
      r"|Tunnel connection failed", "a proxy answered instead of the server (set no_proxy for 127.0.0.1)"),
     (r"Temporary failure in name resolution|Name or service not known|Network is unreachable|\[Errno 101\]"

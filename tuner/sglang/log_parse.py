@@ -57,11 +57,23 @@ _OOM_TEXT = OOM
 _UNSUPPORTED_TEXT = UNSUPPORTED
 
 
+_ANYWHERE = re.compile(r"^\^?\.\*(.*?)(?:\.\*)?$", re.S)
+
+
 def _signature(
-    kind: FailureKind, fatal: bool, *alternatives: str
+    kind: FailureKind, fatal: bool, *alternatives: str, flags: int = 0
 ) -> tuple[FailureKind, re.Pattern[str], bool]:
-    """One failure signature; group 1 of the pattern is the detail worth reporting."""
-    return kind, re.compile("(" + "|".join(alternatives) + ")"), fatal
+    """One failure signature; group 1 of the pattern is the detail worth reporting.
+
+    An alternative written `.*X.*` (X anywhere on the line) is searched as X alone, in group
+    `anywhere`, and its detail is the whole line: a leading `.*` would make every search quadratic.
+    """
+    specific = [a for a in alternatives if not _ANYWHERE.match(a)]
+    anywhere = [m.group(1) for a in alternatives if (m := _ANYWHERE.match(a))]
+    parts = [f"({'|'.join(specific)})"] if specific else ["()(?!)"]
+    if anywhere:
+        parts.append(f"(?P<anywhere>{'|'.join(anywhere)})")
+    return kind, re.compile("|".join(parts), flags), fatal
 
 
 # Order matters: the first signature a line matches names it (a capture failure that is an OOM is a capture).
@@ -102,7 +114,7 @@ _FAILURES = (
         r"\bnccl(?:InternalError|UnhandledCudaError|SystemError)\b.*",
     ),
     _signature(FailureKind.MEMORY_IMBALANCE, True, r"The memory capacity is unbalanced.*"),
-    _signature(FailureKind.ENVIRONMENT, True, *(f"^.*(?i:{p}).*" for p in ENVIRONMENT_LINE)),
+    _signature(FailureKind.ENVIRONMENT, True, *(f".*(?:{p}).*" for p in ENVIRONMENT_LINE)),
     _signature(
         FailureKind.NAN, False, r"Detected errors during sampling! NaN in the logits.*", r"NaN detected in .*"
     ),
@@ -161,6 +173,7 @@ _CAPTURE = re.compile(r"Capture (.*?)(?:cuda|CUDA) graph (begin|end)\.(.*)$")
 _SUMMARY = re.compile(r"max_total_num_tokens=(\d+)")
 _UVICORN = re.compile(r"Uvicorn running on https?://(\[[^\]]+\]|[^\s:/]+):(\d+)")
 _READY = re.compile(r"The server is fired up and ready to roll!")
+_BATCH = re.compile(r"(?:Decode|Prefill) batch\b")
 _DECODE = re.compile(r"Decode batch\b[^,#]*,?\s*(.*)$")
 _PREFILL = re.compile(r"Prefill batch\b[^,#]*,?\s*(.*)$")
 # 0.5: `KV cache pool is full. Retract requests. #retracted_reqs: ..`;
@@ -214,7 +227,7 @@ def _failure(message: str) -> FailureLine | None:
     for kind, pattern, fatal in _FAILURES:
         m = pattern.search(message)
         if m:
-            detail = m.group(1).strip()
+            detail = (message if m.group(1) is None else m.group(1)).strip()
             return FailureLine(
                 kind=kind,
                 fatal=fatal,
@@ -314,6 +327,10 @@ def parse_line(line: str) -> LogEvent | None:
         return None
     if _SERVER_ARGS.search(msg):
         return _server_args(msg)
+    if _BATCH.match(msg):  # the serving loop's batch lines, most of a log: never a failure
+        if m := _DECODE.match(msg):
+            return _decode(m, rank)
+        return _prefill(m) if (m := _PREFILL.match(msg)) else None
     failure = _failure(msg)
     if failure is not None:
         return failure
