@@ -160,11 +160,14 @@ def test_a_capture_failure_line_is_at_capture_without_a_capture_begin_line() -> 
     assert outcome is Outcome.CAPTURE_FAILED and stage == "capture"
 
 
-def test_batch_scheduling_frames_are_serving() -> None:
+@pytest.mark.parametrize("cut", [False, True])
+def test_batch_scheduling_frames_are_serving(cut: bool) -> None:
+    """Building and admitting batches only happens while serving, even when the post cut the loop off."""
     frames = (
         '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1105, in event_loop_normal',
+        '  File "/sgl/python/sglang/srt/managers/schedule_policy.py", line 500, in add_one_req',
         '  File "/sgl/python/sglang/srt/managers/schedule_batch.py", line 1400, in prepare_for_extend',
-    )
+    )[1 if cut else 0 :]
     outcome, message, stage = classify(
         HEAD + tb("IndexError: list index out of range", frames=frames) + TEARDOWN
     )

@@ -75,6 +75,8 @@ _STRUCTURAL = (
      r"|forward_thread_func\w*|process_batch_result\w*|get_next_batch_to_run|update_running_batch"
      r"|get_new_batch_prefill|self_check_during_idle|on_idle|pop_and_process|resolve_last_batch_result"
      r"|process_input_requests"),
+    # Building and admitting batches (ScheduleBatch, the scheduling policy) only happens while serving.
+    (Site.SERVING, r"managers/schedule_(?:batch|policy)\.py", r"\w+"),
     (Site.LOAD, r"model_loader/\w+\.py|model_runner\.py", r"load_model|load_weights\w*|_load_\w+"),
 )  # fmt: skip
 _STRUCTURAL_RE = tuple((site, re.compile(f), re.compile(g)) for site, f, g in _STRUCTURAL)
