@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner.sglang.introspect import compact_entries  # noqa: E402
 
-
 def _version_key(version: str) -> tuple[int, ...]:
     main, _, post = version.partition(".post")
     return (*map(int, main.split(".")), int(post or 0))

@@ -49,6 +49,7 @@ _PREFILL = SPARSE_BACKENDS.dests["prefill"]
 _DECODE = SPARSE_BACKENDS.dests["decode"]
 
 
+
 # ---------------------------------------------------------------- rendering
 
 
@@ -309,8 +310,6 @@ def expand_option(flag: str, table: OptionTable) -> str | None:
 def _parser(table: OptionTable) -> argparse.ArgumentParser:
     """The release's raising parser, built once per table (building one takes tens of milliseconds)."""
     return build_parser(table)
-
-
 def min_gpus(argv_flags: Sequence[str], table: OptionTable) -> int:
     """A lower bound on the GPUs per node a launch needs: tp x pp / nnodes (data parallelism aside).
 
