@@ -29,9 +29,10 @@ def _add_choice(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--prefer",
-        choices=("throughput", "kv", "balanced"),
         default="balanced",
-        help="with --best: max output throughput, max KV tokens, or closest to the utopia point",
+        metavar="balanced|throughput|kv|OBJECTIVE",
+        help="with --best: closest to the utopia point of the study's objectives (default), the best "
+        "output throughput or KV tokens, or the best value of one of the study's objectives",
     )
     p.add_argument(
         "--min-free-vram",
@@ -160,6 +161,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     text = render(profile, args.format, table)
     if choice.reason:
         print(choice.reason, file=sys.stderr)
+    if choice.warning:
+        print(f"warning: {choice.warning}", file=sys.stderr)
     if args.output is None:
         sys.stdout.write(text)
         return 0

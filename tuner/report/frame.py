@@ -16,7 +16,6 @@ raises `ReportError` rather than show a front that one of them denies.
 from __future__ import annotations
 
 import logging
-import statistics
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -29,11 +28,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError
-from tuner.metrics import METRICS, derived_values
+from tuner.metrics import METRICS
+from tuner.report.figures import TrialFigures, figures_over, launch_gpu_count, measurements
+from tuner.report.why import reason, slos_of
 from tuner.secrets import readable_space_text
 from tuner.store.capacity import CapacityRecord, latest_by_row
 from tuner.store.capacity import load as load_capacity
-from tuner.store.codec import finite
 from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.rows import StoredTrial
 from tuner.store.sql import SqlStore
@@ -43,7 +43,10 @@ __all__ = [
     "StudyData",
     "compact_params",
     "load_study_data",
+    "TrialFigures",
+    "launch_gpu_count",
     "measurements",
+    "trial_figures",
     "trials_frame",
 ]
 
@@ -162,29 +165,15 @@ def _single_best(study: optuna.Study) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------- measurements
 
 
-def measurements(row: StoredTrial) -> dict[str, float | None]:
-    """Every metric of a recorded trial (None where it was not measured)."""
-    out: dict[str, float | None] = dict.fromkeys(MEASURED)
-    for name in MEASURED:
-        out[name] = finite(row.metrics.get(name)) if row.metrics else None
-    out["kv_tokens"] = finite(row.kv_tokens)
-    out["min_free_vram_mib"] = finite(row.min_free_mib)
-    out.update(derived_values(out, len(row.gpus)))
-    return out
+def trial_figures(data: StudyData, row: StoredTrial) -> TrialFigures:
+    """The displayed figures of the trial recorded in `row`: the one function every view reads
+    (tuner.report.figures.TrialFigures)."""
+    return figures_over(data.rows, row)
 
 
 def median_measurements(data: StudyData, row: StoredTrial) -> dict[str, float | None]:
-    """Every metric of a trial as the median over its own measurement and its re-measurements
-    (finalist repeats and `confirm` runs that measured), so one noisy run does not decide."""
-    runs = [measurements(row)] if row.outcome.measured else []
-    runs += [measurements(r) for r in data.rows if r.confirm_of == row.id and r.outcome.measured]
-    if len(runs) <= 1:
-        return measurements(row)
-    out: dict[str, float | None] = {}
-    for name in MEASURED:
-        values = [v for run in runs if (v := run.get(name)) is not None]
-        out[name] = statistics.median(values) if values else None
-    return out
+    """Every metric of a trial as the median over its measurements (`trial_figures(...).values`)."""
+    return dict(trial_figures(data, row).values)
 
 
 def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
@@ -274,9 +263,13 @@ _TAIL_COLUMNS = (
     "started_at",
     "duration_s",
     "failure_message",
+    "why",
+    "runs",
     "log_path",
     "capacity",
 )
+# The metrics whose lowest and highest measurement the trials table carries beside the median.
+RANGE_METRICS = ("output_throughput", "total_throughput", "kv_tokens", "ttft_p99_ms", "tpot_p99_ms")
 
 
 def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.DataFrame:
@@ -295,6 +288,12 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     else:
         items = [(r.trial_number, r, None) for r in data.rows if r.confirm_of is None]
     fates = {a.number: a for a in classify(data.trials, data.rows)}
+    slos = slos_of(data.space_text)
+    retried = {
+        int(t.user_attrs["retry_of"]): t.number
+        for t in data.trials
+        if isinstance(t.user_attrs.get("retry_of"), int)
+    }
     records = []
     for number, row, trial in items:
         params = dict(trial.params) if trial is not None else dict(row.params if row else {})
@@ -320,7 +319,13 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
         for name in param_names:
             column = name if name not in _BASE_COLUMNS and name not in MEASURED else f"param:{name}"
             rec[column] = params.get(name)
-        rec.update(measurements(row) if row else dict.fromkeys(MEASURED))
+        figures = trial_figures(data, row) if row else None
+        rec.update(figures.values if figures else dict.fromkeys(MEASURED))
+        for name in dict.fromkeys([*data.metric_names, *RANGE_METRICS]):
+            rec[f"{name}_min"] = figures.low.get(name) if figures and figures.runs > 1 else None
+            rec[f"{name}_max"] = figures.high.get(name) if figures and figures.runs > 1 else None
+        own = measurements(row) if row else {}
+        why = reason(row, trial, own, slos, retried_as=retried.get(number) if number is not None else None)
         rec.update(
             {
                 "startup_s": row.startup_s if row else None,
@@ -334,6 +339,8 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
                 "started_at": row.started_at if row else None,
                 "duration_s": (row.finished_at - row.started_at).total_seconds() if row else None,
                 "failure_message": row.failure_message if row else None,
+                "why": why,
+                "runs": figures.runs if figures else 0,
                 "log_path": row.log_path if row else None,
                 "capacity": _capacity(data, row),
             }
