@@ -286,7 +286,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     save("trials.csv", lambda p: frame.to_csv(p, index=False))
     save("front.csv", lambda p: front_frame(data, front).to_csv(p, index=False))
-    save("failures.csv", lambda p: failures_frame(data.rows).to_csv(p, index=False))
+    save("failures.csv", lambda p: failures_frame(data).to_csv(p, index=False))
     if data.capacity:
         save("capacity.csv", lambda p: capacity_frame(data.capacity).to_csv(p, index=False))
     importances = param_importances(data.trials, data.directions, data.metric_names)

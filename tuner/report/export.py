@@ -179,7 +179,7 @@ def preference_metric(data: StudyData, prefer: str) -> str | None:
         metric, index = legacy[prefer]
         return metric if metric in names else names[min(index, len(names) - 1)]
     raise ProfileError(
-        f"--prefer: expected balanced, throughput, kv or one of the study's objectives "
+        f"--prefer: expected one of balanced, throughput, kv or the study's objectives "
         f"({', '.join(names)}) (got {prefer!r})"
     )
 
@@ -244,6 +244,11 @@ def choose_best(data: StudyData, *, prefer: str = "balanced", min_free_mib: int 
         f"(prefer={prefer}: {why}; {shown}{over}{vram})"
     )
     return Choice(row=row, reason=reason, warning=_single_noisy(data, number, runs))
+
+
+def utopia_distances(first: Mapping[int, float], second: Mapping[int, float]) -> dict[int, float]:
+    """Distance of each candidate to (1, 1) once each metric (both maximised) is divided by its best."""
+    return front_module.utopia_distances({k: (first[k], second[k]) for k in first}, ("maximize", "maximize"))
 
 
 def _show(metric: str, value: float) -> str:

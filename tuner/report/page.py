@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tuner.errors import ProfileError
 from tuner.report.context import constraints_line, defines_slo, workload_line
-from tuner.report.detail import failures_frame, requests_frame
+from tuner.report.detail import failure_views, requests_frame
 from tuner.report.export import build_profile, select
 from tuner.report.frame import StudyData, trials_frame
 from tuner.report.html import HtmlReport, png_data_uri, render_html
@@ -86,7 +86,7 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
             *tally_lines(tally(asks := classify(data.trials, data.rows)), has_slo=defines_slo(data)),
             *pruned_lines(asks),
         ],
-        failures=failures_frame(data.rows),
+        failures=failure_views(data),
         export_text=export_text,
         export_reason=reason,
         images=images,
