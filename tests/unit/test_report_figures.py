@@ -66,7 +66,8 @@ def test_every_view_shows_the_median_of_a_remeasured_trial() -> None:
     assert table.loc[0, "output throughput (tok/s)"] == "760.0" and table.loc[0, "runs"].startswith(
         "median of 3"
     )
-    row0 = next(line for line in _text(status_table(data, front)).splitlines() if line.strip().startswith("0*"))
+    lines = _text(status_table(data, front)).splitlines()
+    row0 = next(line for line in lines if line.strip().startswith("0*"))
     assert "760" in row0 and "700" not in row0
     points = front_points(data)
     assert next(p for p in points if p.trials == (0,)).output_throughput == 760.0

@@ -136,15 +136,18 @@ def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
 
 def _runs(rec: Mapping[str, Any]) -> str:
     runs = rec.get("runs")
-    if not _present(runs) or int(runs) <= 1:
-        return "1" if _present(runs) and int(runs) == 1 else "-"
+    if not _present(runs):
+        return "-"
+    n = int(runs)  # type: ignore[arg-type]  # present: a number
+    if n <= 1:
+        return str(n)
     low, high = rec.get("output_throughput_min"), rec.get("output_throughput_max")
     spread = (
         f" (out tok/s {formatted('output_throughput', low)}–{formatted('output_throughput', high)})"
         if _present(low) and _present(high)
         else ""
     )
-    return f"median of {int(runs)}{spread}"
+    return f"median of {n}{spread}"
 
 
 def formatted_table(table: pd.DataFrame) -> pd.DataFrame:
