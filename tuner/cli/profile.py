@@ -288,7 +288,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     save("front.csv", lambda p: front_frame(data, front).to_csv(p, index=False))
     save("failures.csv", lambda p: failures_frame(data).to_csv(p, index=False))
     if data.capacity:
+        from tuner.report.capacity_plot import capacity_plot
+        from tuner.store.capacity import latest_by_row
+
         save("capacity.csv", lambda p: capacity_frame(data.capacity).to_csv(p, index=False))
+        for record in latest_by_row(data.capacity).values():
+            who = record.trial_number if record.trial_number is not None else f"row{record.row_id}"
+            figure = capacity_plot(record, context=context)
+            with written(out / f"capacity_{who}.png", "--out") as tmp:
+                save_png(figure, tmp)
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)

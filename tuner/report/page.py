@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tuner.errors import ProfileError
+from tuner.report.capacity_plot import capacity_plot
 from tuner.report.context import constraints_line, defines_slo, workload_line
 from tuner.report.detail import failure_views, requests_frame
 from tuner.report.export import build_profile, select
@@ -61,6 +62,14 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
                     png_data_uri(latency_plot(requests, context=context)),
                 )
             )
+    for record in latest_by_row(data.capacity).values():
+        who = f"trial {record.trial_number}" if record.trial_number is not None else f"row {record.row_id}"
+        images.append(
+            (
+                f"capacity curve of {who}: served throughput, TTFT and TPOT against the offered load",
+                png_data_uri(capacity_plot(record, context=context)),
+            )
+        )
     try:
         choice = select(data)
         profile = build_profile(data, choice)
