@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tuner.cli.display import RunDisplay
+    from tuner.cli.display import RunDisplay, study_best
     from tuner.engine import engine_for
     from tuner.session import check_gpu_indices
     from tuner.store.connect import database_url
@@ -117,6 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     options = RunOptions.from_args(args)
     url = database_url(options.db)
+    if options.space is None and (done := _finished_study(options, url)) is not None:
+        return done
     space, study_name = _space_to_run(options, url)
     if space.search.finalists.capacity:
         from tuner.capacity.run import slos_for
@@ -178,7 +180,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         summary = runner.run(Hooks(on_trial=on_trial, on_phase=on_phase))
     else:
-        with RunDisplay(budget=runner.budget, metric_names=metric_names) as display, _log_to(display.console):
+        directions = [o.direction for o in space.objectives]
+        best = study_best(url, runner.name, metric_names, directions)
+        display = RunDisplay(
+            budget=runner.budget, metric_names=metric_names, directions=directions, best=best
+        )
+        with display, _log_to(display.console):
             summary = runner.run(
                 Hooks(on_trial=display.on_trial, on_phase=display.on_phase, on_start=display.on_start)
             )
@@ -197,6 +204,35 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     print_status(runner.store, summary.study_name, runner.study)
     return ExitCode.INTERRUPTED if summary.interrupted else ExitCode.OK
+
+
+def _finished_study(args: RunOptions, url: str) -> int | None:
+    """A bare `run` on a database whose study is complete: its summary and exit 0, as `run --space` on
+    it does (None where there is a study to resume, or no study: `_space_to_run` says which)."""
+    from tuner.report.status import print_status
+    from tuner.store.connect import mask_url
+    from tuner.store.preflight import check_database
+    from tuner.store.sql import SqlStore
+    from tuner.study.resume import stored_studies
+    from tuner.study.storage import make_storage
+
+    try:
+        check_database(url, create=False)
+    except ConfigError:
+        return None  # no database to read: `_space_to_run` says so
+    studies = [s for s in stored_studies(make_storage(url)) if s.space_text is not None]
+    if args.study is not None:
+        done = [s for s in studies if s.name == args.study and not s.unfinished]
+    else:
+        done = studies if studies and not any(s.unfinished for s in studies) and len(studies) == 1 else []
+    if not done:
+        return None
+    study = done[0]
+    print(f"study {study.line()} is complete in {mask_url(url)}: nothing to run", file=sys.stderr, flush=True)
+    print(f"study {study.name}: {study.finished}/{study.budget or '∞'} launches finished")
+    with SqlStore(url, create=False) as store:
+        print_status(store, study.name, None)
+    return ExitCode.OK
 
 
 def _space_to_run(args: RunOptions, url: str) -> tuple[SearchSpace, str | None]:
