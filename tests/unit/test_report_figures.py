@@ -117,7 +117,7 @@ def test_every_non_ok_trial_says_why_with_value_and_bound() -> None:
     retry.number = 4
     data = replace(study_data(rows, [*trials, died, retry], optuna_front=False), space_text=SPACE)
     frame = trials_frame(data).set_index("trial")
-    assert frame.loc[1, "why"] == "missed min_free_vram_mib = 2,041 MiB, bound >= 2048 (7 short)"
+    assert frame.loc[1, "why"] == "missed min_free_vram_mib = 2,041 MiB, bound >= 2,048 (7 short)"
     assert frame.loc[2, "why"] == "crashed (no message recorded)"
     assert "the tuner's own process died during this trial (pid 4242 on node-a)" in frame.loc[3, "why"]
     assert "asked again as #4" in frame.loc[3, "why"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -279,6 +280,8 @@ def _log_to(console: Console) -> Iterator[None]:
 def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
     from tuner.cli.output import result_json
+    from tuner.objectives import judge
+    from tuner.report.why import missed_constraints
     from tuner.secrets import redact_argv, scrub, secret_values
     from tuner.session import trial_session
     from tuner.space.loader import config_from_params, load_space, parse_set_overrides
@@ -294,14 +297,29 @@ def cmd_trial(args: argparse.Namespace) -> int:
     secrets = frozenset(space.secret_values)
     if result.launch is not None:
         secrets |= secret_values(result.launch.argv, result.launch.env)
+    # judged as the study judges it: the space's objectives and constraints
+    verdict = judge(result, space.objectives, space.constraints)
+    infeasible = result.ok and not verdict.feasible
+    missed = missed_constraints(verdict.metrics, space.constraints) if infeasible else []
     if args.json:
-        print(result_json(result, secrets))
+        data = json.loads(result_json(result, secrets))
+        data["verdict"] = {
+            "outcome": verdict.outcome.value,
+            "feasible": verdict.feasible,
+            "constraints": dict(verdict.constraints),
+            "missed": missed,
+        }
+        print(json.dumps(data, indent=2, sort_keys=False))
     else:
         if result.launch is not None:
             print("launch:", " ".join(redact_argv(result.launch.argv)))
             print("log:   ", result.launch.log_path)
-        print(scrub(result_line(result), secrets))
-    return 0 if result.ok else 1
+        line = scrub(result_line(result), secrets)
+        if missed:  # it ran, but the study would count it infeasible: say so first, with value and bound
+            rest = line.removeprefix("ok").lstrip()
+            line = f"{verdict.outcome.value} (missed {'; '.join(missed)})  {rest}"
+        print(line)
+    return 0 if verdict.feasible else 1
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

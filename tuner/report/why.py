@@ -64,10 +64,10 @@ def _show(metric: str, value: float) -> str:
 
 def _missed_line(slo: Slo, value: float | None) -> str:
     if value is None:
-        return f"{slo.metric} not measured (bound {slo.op} {slo.bound:g})"
+        return f"{slo.metric} not measured (bound {slo.op} {slo.bound:,.10g})"
     gap = abs(slo.violation(value))
     word = "over" if slo.op in ("<=", "<") else "short"
-    return f"{slo.metric} = {_show(slo.metric, value)}, bound {slo.op} {slo.bound:g} ({gap:,.4g} {word})"
+    return f"{slo.metric} = {_show(slo.metric, value)}, bound {slo.op} {slo.bound:,.10g} ({gap:,.6g} {word})"
 
 
 def missed_constraints(
