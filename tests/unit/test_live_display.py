@@ -13,8 +13,15 @@ from tuner.study.events import TrialEvent
 
 
 def _event(number: int, values: tuple[float, ...]) -> TrialEvent:
-    return TrialEvent(number=number, outcome=Outcome.OK, values=values, feasible=True, reused_from=None,
-                      message="", duration_s=1.0)  # fmt: skip
+    return TrialEvent(
+        number=number,
+        outcome=Outcome.OK,
+        values=values,
+        feasible=True,
+        reused_from=None,
+        message="",
+        duration_s=1.0,
+    )
 
 
 def test_best_so_far_starts_from_the_study_and_follows_each_direction() -> None:

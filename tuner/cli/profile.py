@@ -136,7 +136,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.output is not None:  # a path that cannot be written is refused before anything is said
         check_writable(args.output, "-o")
-    data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args))
+    data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args), goodput=True)
     if args.trial is None and (args.allow_infeasible and not args.best):
         raise ConfigError(
             "--allow-infeasible: expected --trial N with it (--best only picks feasible trials)"
@@ -267,7 +267,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out}: is a file; expected a folder")
     url = database_url(args.db)
-    data = load_study_data(url, args.study, preferred=_preferred(args))
+    data = load_study_data(url, args.study, preferred=_preferred(args), goodput=True)
     if args.html is not None:
         from tuner.report.page import study_page
 

@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
 from tuner.report.frame import EXCERPT_LINES, StudyData, compact_params, failure_class, measurements
+from tuner.report.goodput import with_latencies
 from tuner.report.why import reason, slos_of
 from tuner.store.capacity import CapacityRecord
 from tuner.store.protocol import ResultStore
@@ -247,19 +248,3 @@ def requests_frame(store: ResultStore, rows: Sequence[StoredTrial]) -> pd.DataFr
     if not frames:
         return pd.DataFrame(columns=["trial", "row_id", "point_label", "ttft_ms", "tpot_ms", "e2e_ms"])
     return pd.concat(frames, ignore_index=True)
-
-
-def with_latencies(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add ttft_ms = t_first − t_sent, e2e_ms = t_end − t_sent, tpot_ms = (e2e − ttft)/(out − 1) (out > 1)."""
-    out = frame.copy()
-    if not {"t_sent_s", "t_first_s", "t_end_s", "output_tokens"} <= set(out.columns):
-        return out
-    sent = pd.to_numeric(out["t_sent_s"], errors="coerce")
-    ttft = (pd.to_numeric(out["t_first_s"], errors="coerce") - sent) * 1000.0
-    e2e = (pd.to_numeric(out["t_end_s"], errors="coerce") - sent) * 1000.0
-    tokens = pd.to_numeric(out["output_tokens"], errors="coerce")
-    tpot = (e2e - ttft) / (tokens - 1)
-    out["ttft_ms"] = ttft
-    out["e2e_ms"] = e2e
-    out["tpot_ms"] = tpot.where(tokens > 1)
-    return out

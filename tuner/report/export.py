@@ -337,6 +337,7 @@ def build_profile(data: StudyData, choice: Choice, *, now: datetime | None = Non
             *_noisy_context(data, number),
             *study_context(data, number),
             *_capacity_context(data, row.id),
+            *_goodput_context(data, row.id),
             *verify_lines(data.space_text, row.argv),
         ),
     )
@@ -348,6 +349,16 @@ def _noisy_context(data: StudyData, number: int | None) -> tuple[str, ...]:
 
     ask = next((a for a in classify(data.trials, data.rows) if a.number == number), None)
     return (f"measurement marked {ask.noisy}",) if ask is not None and ask.noisy else ()
+
+
+def _goodput_context(data: StudyData, row_id: int) -> tuple[str, ...]:
+    """bench_serving's goodput and SLO attainment of the exported trial's measurements."""
+    ids = [r.id for r in data.rows if r.id == row_id or r.confirm_of == row_id]
+    runs = [g for i in ids if (g := data.goodput.get(i)) is not None]
+    if not runs:
+        return ()
+    more = f" (and {len(runs) - 1} re-measurement(s))" if len(runs) > 1 else ""
+    return (f"{runs[0].line()}{more}",)
 
 
 def _capacity_context(data: StudyData, row_id: int) -> tuple[str, ...]:

@@ -16,10 +16,10 @@ raises `ReportError` rather than show a front that one of them denies.
 from __future__ import annotations
 
 import logging
+import statistics
 import warnings
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -30,6 +30,8 @@ from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError
 from tuner.metrics import METRICS
 from tuner.report.figures import TrialFigures, figures_over, launch_gpu_count, measurements
+from tuner.report.goodput import Goodput, goodput_bounds, goodput_of, objective_duration
+from tuner.report.knobs import _short_names, compact_params, param_legend
 from tuner.report.why import reason, slos_of
 from tuner.secrets import readable_space_text
 from tuner.store.capacity import CapacityRecord, latest_by_row
@@ -42,6 +44,7 @@ from tuner.study.asks import classify, classify_trial
 __all__ = [
     "StudyData",
     "compact_params",
+    "param_legend",
     "load_study_data",
     "TrialFigures",
     "launch_gpu_count",
@@ -69,6 +72,7 @@ class StudyData:
     best_numbers: tuple[int, ...] | None = None  # Optuna's best_trials; None without an Optuna study
     space_text: str | None = None  # the space file stored with the study (workload, constraints)
     capacity: tuple[CapacityRecord, ...] = ()  # `tuner capacity` runs of its trials, oldest first
+    goodput: Mapping[int, Goodput] = field(default_factory=dict)  # row id -> goodput (load_study_data)
 
     def capacity_of(self, row_id: int) -> CapacityRecord | None:
         """The latest capacity run of the trial row `row_id`."""
@@ -94,11 +98,37 @@ class StudyData:
 # ------------------------------------------------------------------------------------- loading
 
 
-def load_study_data(url: str, study: str | None = None, *, preferred: str | None = None) -> StudyData:
+def load_study_data(
+    url: str, study: str | None = None, *, preferred: str | None = None, goodput: bool = False
+) -> StudyData:
     """Read one study's rows and Optuna trials (the I/O edge of the reports); see SqlStore.resolve_study.
+    With `goodput`, also each measured trial's goodput from its request records (tuner.report.goodput).
 
     A SQLite file that does not exist is an error (opening it would create an empty database).
     """
+    data = _load(url, study, preferred)
+    return with_goodput(data) if goodput else data
+
+
+def with_goodput(data: StudyData) -> StudyData:
+    """`data` with the goodput of every measured trial and re-measurement under the study's latency
+    constraints (none where the study has no latency constraint)."""
+    bounds = goodput_bounds(slos_of(data.space_text))
+    if not bounds:
+        return data
+    found: dict[int, Goodput] = {}
+    with SqlStore(data.url, create=False) as store:
+        for row in data.rows:
+            if not row.outcome.measured:
+                continue
+            duration = objective_duration(row.bench, row.objective_point)
+            result = goodput_of(store.requests(row.id), bounds, duration, row.objective_point)
+            if result is not None:
+                found[row.id] = result
+    return replace(data, goodput=found)
+
+
+def _load(url: str, study: str | None, preferred: str | None) -> StudyData:
     missing = _missing_sqlite_file(url)
     if missing is not None:
         raise ConfigError(
@@ -189,54 +219,6 @@ def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
     return "feasible" if row.feasible else "infeasible"
 
 
-# ------------------------------------------------------------------------------------ params
-
-
-def _short_names(names: Iterable[str]) -> dict[str, str]:
-    """The first word of each param name where that is unambiguous, else the last part of a dotted
-    name (`sparse_backends.prefill` -> `prefill`) where that is, else the whole name."""
-    names = list(names)
-    first = {n: n.replace("_", "-").split("-")[0] for n in names}
-    last = {n: n.rsplit(".", 1)[-1] for n in names if "." in n}
-    counts = Counter([*first.values(), *last.values()])
-    out = {}
-    for n in names:
-        if counts[first[n]] == 1:
-            out[n] = first[n]
-        elif n in last and counts[last[n]] == 1:
-            out[n] = last[n]
-        else:
-            out[n] = n
-    return out
-
-
-def _show_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, (list, tuple)):
-        value = ",".join(str(v) for v in value)
-    text = str(value)
-    head, colon, items = text.rpartition(":") if ":" in text else ("", "", text)
-    parts = items.split(",")
-    if len(parts) > 4:  # a CUDA-graph batch list: first..last(count)
-        return f"{head}{colon}{parts[0]}..{parts[-1]}({len(parts)})"
-    return text
-
-
-def compact_params(params: Mapping[str, Any], short: Mapping[str, str] | None = None) -> str:
-    """`mem=0.65 cuda=max:8 chunked=4096`: a trial's knobs in one short line."""
-    short = short or _short_names(params)
-    return " ".join(f"{short.get(k, k)}={_show_value(v)}" for k, v in params.items())
-
-
-def param_legend(names: Iterable[str]) -> str:
-    """`mem = mem-fraction-static, ...` for the short names that differ from the param name."""
-    short = _short_names(names)
-    return ", ".join(f"{s} = {n}" for n, s in short.items() if s != n)
-
-
 # ------------------------------------------------------------------------------------ frames
 
 
@@ -265,6 +247,8 @@ _TAIL_COLUMNS = (
     "failure_message",
     "why",
     "runs",
+    "request_goodput",
+    "slo_attainment",
     "log_path",
     "capacity",
 )
@@ -341,6 +325,7 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
                 "failure_message": row.failure_message if row else None,
                 "why": why,
                 "runs": figures.runs if figures else 0,
+                **_goodput_columns(data, row),
                 "log_path": row.log_path if row else None,
                 "capacity": _capacity(data, row),
             }
@@ -353,6 +338,19 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     frame.attrs["metric_names"] = list(data.metric_names)
     frame.attrs["directions"] = list(data.directions)
     return frame
+
+
+def _goodput_columns(data: StudyData, row: StoredTrial | None) -> dict[str, float | None]:
+    """bench_serving's `request_goodput` and the SLO attainment: the median over the trial's runs."""
+    if row is None:
+        return {"request_goodput": None, "slo_attainment": None}
+    runs = [g for r in (row, *data.confirmations(row.id)) if (g := data.goodput.get(r.id)) is not None]
+    if not runs:
+        return {"request_goodput": None, "slo_attainment": None}
+    return {
+        "request_goodput": statistics.median(g.request_goodput for g in runs),
+        "slo_attainment": statistics.median(g.slo_attainment for g in runs),
+    }
 
 
 def _capacity(data: StudyData, row: StoredTrial | None) -> str | None:

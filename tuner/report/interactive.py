@@ -129,6 +129,9 @@ def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     for column in columns:
         if column in frame:
             out[heading(column)] = [formatted(column, v) for v in frame[column]]
+    if "request_goodput" in frame and frame["request_goodput"].map(_present).any():
+        out["goodput (req/s)"] = [f"{v:,.2f}" if _present(v) else "-" for v in frame["request_goodput"]]
+        out["SLO attainment"] = [f"{v:.1%}" if _present(v) else "-" for v in frame["slo_attainment"]]
     if "runs" in frame:  # n and range where a trial was re-measured (the figures are medians)
         out["runs"] = [_runs(rec) for rec in frame.to_dict("records")]
     return out.reset_index(drop=True)

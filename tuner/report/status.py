@@ -24,10 +24,10 @@ from tuner.report.context import defines_slo
 from tuner.report.frame import (
     StudyData,
     load_study_data,
-    param_legend,
     trial_figures,
     trials_frame,
 )
+from tuner.report.knobs import param_legend
 from tuner.report.pareto import pareto_front
 from tuner.store.capacity import latest_by_row
 from tuner.store.capacity import load as load_capacity
