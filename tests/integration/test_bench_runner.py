@@ -199,7 +199,9 @@ def test_http_500_is_a_failed_request_with_its_class(server: FakeServer) -> None
 
 def test_idle_and_first_byte_timeouts_keep_partial_tokens(server: FakeServer) -> None:
     server.b.stall_after = 3
-    timeouts = RequestTimeouts(idle_read_s=0.3, first_byte_s=5.0)
+    # the stall never ends: a generous idle timeout still fires, and a busy machine's gaps between the
+    # first 3 tokens never reach it
+    timeouts = RequestTimeouts(idle_read_s=3.0, first_byte_s=30.0)
     res = benchmark(
         server.url, settings(LoadPoint(concurrency=2, num_prompts=2), timeouts=timeouts), settle_s=0.0
     )
