@@ -24,7 +24,7 @@ from tuner.report.export import build_profile, choose_best, select
 from tuner.report.frame import StudyData, trial_figures, trials_frame
 from tuner.report.interactive import trials_table
 from tuner.report.pareto import front_frame, pareto_front
-from tuner.report.plots import pareto_plot, per_gpu_per_user_plot
+from tuner.report.plots import pareto_plot, per_gpu_per_user_informative, per_gpu_per_user_plot
 from tuner.report.profile import provenance
 from tuner.report.status import running_lines, status_table
 from tuner.report.verify import verify_lines
@@ -95,6 +95,9 @@ def test_per_gpu_throughput_divides_by_the_launchs_gpus_not_the_hosts() -> None:
     gpu_line = next(line for line in provenance(profile) if "GPUs:" in line)
     assert "4 x NVIDIA B200" in gpu_line and "8 x" not in gpu_line
     per_gpu_per_user_plot(frame.reset_index())  # plots the same column
+    assert per_gpu_per_user_informative(frame.reset_index()) == ""  # 4 GPUs against 2: a trade-off
+    same = trials_frame(study_data([row, replace(row, id=2, trial_number=1)]))
+    assert "same GPUs at one load" in per_gpu_per_user_informative(same)  # a straight line: not drawn
 
 
 def test_every_non_ok_trial_says_why_with_value_and_bound() -> None:

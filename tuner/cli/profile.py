@@ -254,6 +254,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         latency_plot,
         metric_vs_param_plot,
         pareto_plot,
+        per_gpu_per_user_informative,
         per_gpu_per_user_plot,
         save_png,
     )
@@ -304,7 +305,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     title = f"{data.name}: Pareto front"
     save("pareto.png", lambda p: save_png(pareto_plot(frame, title=title, context=context), p))
     save("history.png", lambda p: save_png(history_plot(frame, context=context), p))
-    save("per_gpu_per_user.png", lambda p: save_png(per_gpu_per_user_plot(frame, context=context), p))
+    skipped = per_gpu_per_user_informative(frame)
+    if skipped:
+        print(f"per_gpu_per_user.png not written: {skipped}", file=sys.stderr)
+    else:
+        save("per_gpu_per_user.png", lambda p: save_png(per_gpu_per_user_plot(frame, context=context), p))
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
         save("mem_fraction.png", lambda p: save_png(metric_vs_param_plot(frame, context=context), p))

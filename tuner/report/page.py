@@ -16,6 +16,7 @@ from tuner.report.plots import (
     history_plot,
     latency_plot,
     metric_vs_param_plot,
+    per_gpu_per_user_informative,
     per_gpu_per_user_plot,
 )
 from tuner.report.profile import render_sh
@@ -45,12 +46,13 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
         )
     if not frame.empty:
         images.append(("optimisation history", png_data_uri(history_plot(frame, context=context))))
-        images.append(
-            (
-                "output throughput per GPU against per user",
-                png_data_uri(per_gpu_per_user_plot(frame, context=context)),
+        if not per_gpu_per_user_informative(frame):
+            images.append(
+                (
+                    "output throughput per GPU against per user",
+                    png_data_uri(per_gpu_per_user_plot(frame, context=context)),
+                )
             )
-        )
     rows = list({r.id: r for n in front if (r := data.row_of(n)) is not None}.values())
     if rows:
         with SqlStore(data.url) as store:
