@@ -161,8 +161,11 @@ def per_gpu_per_user_informative(frame: pd.DataFrame) -> str:
     measured = frame[frame["status"].isin(["feasible", "infeasible"])]
     if measured.empty:
         return "no measured trial"
-    gpus = set(pd.to_numeric(measured.get("launch_gpus"), errors="coerce").dropna())
-    users = pd.to_numeric(measured.get("concurrency"), errors="coerce").dropna()
+    def column(name: str) -> pd.Series:
+        found = measured[name] if name in measured else pd.Series([], dtype=float)
+        return pd.to_numeric(found, errors="coerce").dropna()
+
+    gpus, users = set(column("launch_gpus")), column("concurrency")
     spread = (users.max() - users.min()) / users.max() if len(users) and users.max() > 0 else 0.0
     if len(gpus) <= 1 and spread < 0.2:
         return (
