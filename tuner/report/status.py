@@ -7,6 +7,7 @@ import re
 import statistics
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -160,8 +161,11 @@ def print_status(
     if legend:
         console.print(f"[dim]knobs: {legend}[/dim]")
     asks = classify(data.trials, data.rows)
-    for line in tally_lines(tally(asks), has_slo=has_slo):
+    counts, dead = tally(asks), dead_trials(data)
+    for line in tally_lines(replace(counts, running=counts.running - len(dead)), has_slo=has_slo):
         console.print(line)
+    if dead:
+        console.print(f"{len(dead)} dead: their worker on this host is gone (the next run retries them)")
     for line in pruned_lines(asks):
         console.print(line)
     for line in noisy_lines(asks):
