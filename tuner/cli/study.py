@@ -282,6 +282,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli.output import result_json
     from tuner.objectives import judge
     from tuner.report.why import missed_constraints
+    from tuner.study.storage import objectives_of
     from tuner.secrets import redact_argv, scrub, secret_values
     from tuner.session import trial_session
     from tuner.space.loader import config_from_params, load_space, parse_set_overrides
@@ -298,7 +299,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     if result.launch is not None:
         secrets |= secret_values(result.launch.argv, result.launch.env)
     # judged as the study judges it: the space's objectives and constraints
-    verdict = judge(result, space.objectives, space.constraints)
+    verdict = judge(result, objectives_of(space), space.constraints)
     infeasible = result.ok and not verdict.feasible
     missed = missed_constraints(verdict.metrics, space.constraints) if infeasible else []
     if args.json:
