@@ -282,10 +282,10 @@ def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli.output import result_json
     from tuner.objectives import judge
     from tuner.report.why import missed_constraints
-    from tuner.study.storage import objectives_of
     from tuner.secrets import redact_argv, scrub, secret_values
     from tuner.session import trial_session
     from tuner.space.loader import config_from_params, load_space, parse_set_overrides
+    from tuner.study.storage import objectives_of
     from tuner.trial import run_trial
 
     space = _with_gpus(load_space(args.space), args.gpus)
