@@ -17,7 +17,13 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed
 
-demo: venv
+# The demo needs the core alone (matplotlib included, for `tuner report`): no Jupyter, linters or drivers.
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+demo: $(VENV)/.demo-installed
 	$(BIN)/python -m tuner run --space search_spaces/glm5-nvfp4-sm120-sim.yaml --trials 12
 
 lint: venv

@@ -169,6 +169,14 @@ _ALL = (
     _latency_metric("e2e", "median_ms", "request latency, sent to last event"),
     _latency_metric("e2e", "p99_ms", "request latency, sent to last event"),
     _bench("concurrency", None, "requests", "Σ e2e / duration: requests in flight on average"),
+    _latency_metric("ttft", "p90_ms", "time to first token"),
+    _latency_metric("ttft", "p95_ms", "time to first token"),
+    _latency_metric("tpot", "p90_ms", "time per output token after the first", fmt="{:,.2f}"),
+    _latency_metric("tpot", "p95_ms", "time per output token after the first", fmt="{:,.2f}"),
+    _latency_metric("itl", "p90_ms", "gap between content events", fmt="{:,.2f}"),
+    _latency_metric("itl", "p95_ms", "gap between content events", fmt="{:,.2f}"),
+    _latency_metric("e2e", "p90_ms", "request latency, sent to last event"),
+    _latency_metric("e2e", "p95_ms", "request latency, sent to last event"),
     Metric(
         name="failed_requests",
         direction=_MIN,
@@ -215,6 +223,14 @@ ALIASES: Mapping[str, str] = {
     "p99_itl_ms": "itl_p99_ms",
     "median_e2e_latency_ms": "e2e_p50_ms",
     "p99_e2e_latency_ms": "e2e_p99_ms",
+    "p90_ttft_ms": "ttft_p90_ms",
+    "p95_ttft_ms": "ttft_p95_ms",
+    "p90_tpot_ms": "tpot_p90_ms",
+    "p95_tpot_ms": "tpot_p95_ms",
+    "p90_itl_ms": "itl_p90_ms",
+    "p95_itl_ms": "itl_p95_ms",
+    "p90_e2e_latency_ms": "e2e_p90_ms",
+    "p95_e2e_latency_ms": "e2e_p95_ms",
 }
 
 

@@ -199,7 +199,9 @@ def test_http_500_is_a_failed_request_with_its_class(server: FakeServer) -> None
 
 def test_idle_and_first_byte_timeouts_keep_partial_tokens(server: FakeServer) -> None:
     server.b.stall_after = 3
-    timeouts = RequestTimeouts(idle_read_s=0.3, first_byte_s=5.0)
+    # the stall never ends: a generous idle timeout still fires, and a busy machine's gaps between the
+    # first 3 tokens never reach it
+    timeouts = RequestTimeouts(idle_read_s=3.0, first_byte_s=30.0)
     res = benchmark(
         server.url, settings(LoadPoint(concurrency=2, num_prompts=2), timeouts=timeouts), settle_s=0.0
     )
@@ -208,8 +210,10 @@ def test_idle_and_first_byte_timeouts_keep_partial_tokens(server: FakeServer) ->
     assert all(r.content_events == 3 and r.output_tokens == 3 for r in recs)
     assert all(r.output_source is OutputSource.EVENTS for r in recs)
 
-    server.b.stall_after, server.b.ttft_s = None, 5.0
-    timeouts = RequestTimeouts(idle_read_s=10.0, first_byte_s=0.3)
+    # no first byte for 60 s: the request's 2 s limit fires, long before the stage's own watchdog (twice
+    # that with no progress anywhere), which a busy machine's late event loop could otherwise reach first
+    server.b.stall_after, server.b.ttft_s = None, 60.0
+    timeouts = RequestTimeouts(idle_read_s=10.0, first_byte_s=2.0)
     res = benchmark(
         server.url, settings(LoadPoint(concurrency=2, num_prompts=2), timeouts=timeouts), settle_s=0.0
     )

@@ -20,6 +20,7 @@ def _tuner(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.timeout(900)  # five commands, each a subprocess with its own limit: slow only on a busy machine
 def test_capacity_of_the_best_trial_is_stored_beside_it_and_shown(tmp_path: Path) -> None:
     space = tmp_path / "space.yaml"
     text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()

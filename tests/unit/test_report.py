@@ -71,7 +71,8 @@ def test_reused_result_counts_with_its_originals_measurement() -> None:
     frame = trials_frame(data).set_index("trial")
     assert list(frame.index) == [0, 1, 2]  # the re-validation row is not a trial
     assert frame.loc[2, "reused_from"] == 0
-    assert frame.loc[2, "output_throughput"] == 800.0
+    assert frame.loc[2, "output_throughput"] == 795.0  # the median of the run and its re-measurement
+    assert frame.loc[2, "runs"] == 2 and frame.loc[2, "output_throughput_min"] == 790.0
     assert frame.loc[0, "n_confirm"] == 1
     assert frame.loc[0, "mem-fraction-static"] == 0.8  # one column per knob
     table = front_frame(data)
@@ -104,7 +105,7 @@ def test_failures_by_class_with_log_excerpts() -> None:
     frame = failures_frame(rows, lines=5)
     assert frame["failure"].tolist() == ["oom", "oom", "nan", "slo_violation", "crashed"]
     assert frame.iloc[0]["log_excerpt"].splitlines() == [f"line {i}" for i in range(35, 40)]
-    assert frame.iloc[3]["message"] == "an SLO constraint was missed"
+    assert frame.iloc[3]["message"].startswith("missed a constraint")  # no SLOs known: it says so
 
 
 def test_importances_need_enough_trials_and_negate_maximised_objectives() -> None:

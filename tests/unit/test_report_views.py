@@ -48,7 +48,8 @@ def test_the_export_lists_every_front_point_with_its_trade_off_and_headroom() ->
     assert "VRAM headroom 8,000 MiB (chosen)" in lines[0]
     assert "VRAM headroom 3,400 MiB (vs chosen: -6.7% tok/s, +35.2% KV)" in lines[1]
     profile = build_profile(data, select(data, trial=0))
-    assert profile.context[0].startswith("workload: random prompts") and len(profile.context) == 5
+    assert profile.context[0].startswith("workload: random prompts") and len(profile.context) == 7
+    assert profile.context[-2].startswith("verify with: python -m tuner bench --url")
 
 
 def test_failures_never_sit_on_a_measurement_axis() -> None:
@@ -93,7 +94,7 @@ def test_the_html_page_is_one_file_with_the_given_script() -> None:
         front_note="failed: #2 oom",
         trials=trials_table(frame, data.metric_names),
         trial_status=list(frame["status"]),
-        failures=frame.iloc[0:0],
+        failures=(),
         export_text="exec x <y>",
         export_reason="chose trial 0",
         images=(),

@@ -230,7 +230,15 @@ def capacity(
     failure = _search_launches(space, config, row, search, request, label, on_point, data.name)
     verdicts = search.verdicts()
     points = tuple(
-        {"load": v.load, "passed": v.passed, "runs": v.runs, "medians": dict(v.medians), "why": v.why}
+        {
+            "load": v.load,
+            "passed": v.passed,
+            "runs": v.runs,
+            "medians": dict(v.medians),
+            "why": v.why,
+            "limits": list(v.limits),
+            "curve": dict(v.curve),
+        }
         for v in verdicts.values()
     )
     record = CapacityRecord(

@@ -54,6 +54,8 @@ class PointVerdict:
     runs: int
     medians: Mapping[str, float | None]
     why: str  # "" when it passed, else the SLOs missed or the failed requests
+    limits: tuple[str, ...] = ()  # what failed it: "slo:<name>", "served_rate", "failed_requests", "died"
+    curve: Mapping[str, float | None] = field(default_factory=dict)  # CURVE_METRICS, medians of its runs
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,6 +91,26 @@ class SearchPlan:
 
 
 SUSTAINED = 0.9  # an offered rate is sustained when at least this share of it was served
+# What the capacity curve shows per load (the median of its runs): served throughput and the latency
+# percentiles against the offered load; `served_rate` is the rate judged by the served-rate rule.
+CURVE_METRICS = (
+    "output_throughput",
+    "request_throughput",
+    "served_rate",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p90_ms",
+    "tpot_p99_ms",
+)
+# The kinds of limit a load can hit, in the words `CapacityRecord.bound` uses.
+LIMITS = {
+    "served_rate": f"the served-rate rule (under {SUSTAINED:.0%} of the offered rate served)",
+    "failed_requests": "failed requests",
+    "died": "the server dying under load",
+    "no_request": "no request completing",
+}
 
 
 def served_rate(run: Measurement) -> float | None:
@@ -108,23 +130,46 @@ def judge_point(
     and (for a request rate) the server kept up: it served at least 90% of the offered rate."""
     medians: dict[str, float | None] = {}
     for slo in slos:
-        values = [v for r in runs if (v := r.values.get(slo.metric)) is not None]
-        medians[slo.metric] = statistics.median(values) if values else None
-    missed = [f"{s.metric}={_show(medians[s.metric])} (want {s.op} {s.bound:g})" for s in slos
-              if s.violation(medians[s.metric]) > 0]  # fmt: skip
+        medians[slo.metric] = _median([r.values.get(slo.metric) for r in runs])
+    curve = {
+        name: _median([r.values.get(name) for r in runs]) for name in CURVE_METRICS if name != "served_rate"
+    }
+    curve["served_rate"] = _median([served_rate(r) for r in runs])
+    missed, limits = [], []
+    for s in slos:
+        if s.violation(medians[s.metric]) > 0:
+            missed.append(f"{s.metric}={_show(medians[s.metric])} (want {s.op} {s.bound:g})")
+            limits.append(f"slo:{s.name}")
     if knob is Knob.REQUEST_RATE:
-        served = [v for r in runs if (v := served_rate(r)) is not None]
-        if served and statistics.median(served) < SUSTAINED * load:
-            missed.append(f"served {statistics.median(served):,.2f} req/s of {load:g} offered")
+        served = curve["served_rate"]
+        if served is not None and served < SUSTAINED * load:
+            missed.append(f"served {served:,.2f} req/s of {load:g} offered")
+            limits.append("served_rate")
     deaths = sorted({r.died for r in runs if r.died})
     if deaths:
         missed.append(f"the server died under this load ({', '.join(deaths)})")
+        limits.append("died")
     failed = sum(r.failed for r in runs)
     if failed:
         missed.append(f"{failed} failed requests")
+        limits.append("failed_requests")
     if not any(r.completed for r in runs) and not deaths:
         missed.append("no request completed")
-    return PointVerdict(load=load, passed=not missed, runs=len(runs), medians=medians, why="; ".join(missed))
+        limits.append("no_request")
+    return PointVerdict(
+        load=load,
+        passed=not missed,
+        runs=len(runs),
+        medians=medians,
+        why="; ".join(missed),
+        limits=tuple(limits),
+        curve=curve,
+    )
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def _show(value: float | None) -> str:

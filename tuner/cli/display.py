@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rich.console import Console, Group
@@ -14,6 +14,33 @@ from rich.text import Text
 from tuner.config import NOT_THE_CONFIGURATION, Outcome, Phase
 from tuner.result import TrialResult
 from tuner.study.events import TrialEvent
+
+
+def study_best(
+    url: str, study: str, metric_names: Sequence[str], directions: Sequence[str]
+) -> dict[str, tuple[float, int]]:
+    """The best feasible figure of each objective over every trial the study holds (what the live
+    display starts from on a resume), each trial's figure as every view shows it (its median)."""
+    from tuner.errors import TunerError
+    from tuner.report.frame import load_study_data, trial_figures
+
+    try:
+        data = load_study_data(url, study)
+    except TunerError:  # a new study: nothing recorded yet
+        return {}
+    best: dict[str, tuple[float, int]] = {}
+    for row in data.rows:
+        if row.confirm_of is not None or row.trial_number is None or not row.feasible:
+            continue
+        figures = trial_figures(data, row)
+        for name, direction in zip(metric_names, directions, strict=False):
+            value = figures.get(name)
+            kept = best.get(name)
+            if value is not None and (
+                kept is None or (value < kept[0] if direction == "minimize" else value > kept[0])
+            ):
+                best[name] = (value, row.trial_number)
+    return best
 
 
 def result_line(result: TrialResult) -> str:
@@ -42,6 +69,8 @@ class RunDisplay:
         metric_names: Sequence[str],
         console: Console | None = None,
         parallel: int = 1,
+        directions: Sequence[str] = (),
+        best: Mapping[str, tuple[float, int]] | None = None,
     ) -> None:
         self.console = console or Console(stderr=True)
         self.budget = budget
@@ -51,7 +80,9 @@ class RunDisplay:
         self.done = 0
         self.running: dict[int, _Running] = {}  # every trial running now (several with --parallel)
         self.durations: list[float] = []
-        self.best: dict[str, tuple[float, int]] = {}
+        self.directions = tuple(directions) or ("maximize",) * len(self.metric_names)
+        # the best feasible value of each objective over the whole study: trials before a resume too
+        self.best: dict[str, tuple[float, int]] = dict(best or {})
         self.last_failure = "-"
         self.history: list[TrialEvent] = []
         self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
@@ -87,9 +118,9 @@ class RunDisplay:
         if event.outcome not in NOT_THE_CONFIGURATION:  # retried: the budget still owes this launch
             self.done += 1
         if event.feasible:
-            for name, value in zip(self.metric_names, event.values, strict=False):
+            for name, value, direction in zip(self.metric_names, event.values, self.directions, strict=False):
                 best = self.best.get(name)
-                if best is None or value > best[0]:
+                if best is None or (value < best[0] if direction == "minimize" else value > best[0]):
                     self.best[name] = (value, event.number)
         elif not event.outcome.measured:
             self.last_failure = f"#{event.number} {event.outcome.value}: {event.message[:90]}"

@@ -201,7 +201,7 @@ def run_parallel(
     supervisor = Supervisor(start_workers(argvs))
     while True:
         try:
-            _follow(options, space, supervisor)
+            _follow(options, space, supervisor, db_url=db_url, study=study)
             break
         except KeyboardInterrupt:  # outside the queue wait (e.g. while drawing): stop, keep following
             supervisor.stop()
@@ -220,7 +220,9 @@ def gpu_sets_for(space: SearchSpace, gpus: tuple[int, ...], sets: int) -> tuple[
     return split_gpus(gpus, gpus_per_trial(space, engine_for(space, state_root=None)), sets)
 
 
-def _follow(options: RunOptions, space: SearchSpace, supervisor: Supervisor) -> None:
+def _follow(
+    options: RunOptions, space: SearchSpace, supervisor: Supervisor, *, db_url: str, study: str
+) -> None:
     """Show the workers' events: plain lines, or the live display of every running trial."""
     if options.plain or not sys.stderr.isatty():
         for worker, line, is_err in supervisor.lines_until_done():
@@ -241,11 +243,19 @@ def _follow(options: RunOptions, space: SearchSpace, supervisor: Supervisor) -> 
             elif event is None and (is_err or line.strip()):
                 print(f"[{worker.label}] {line}", file=sys.stderr, flush=True)
         return
-    from tuner.cli.display import RunDisplay
+    from tuner.cli.display import RunDisplay, study_best
 
     names = [o.metric for o in space.objectives]
+    directions = [o.direction for o in space.objectives]
     budget = options.trials or space.budget.n_trials
-    with RunDisplay(budget=budget, metric_names=names, parallel=len(supervisor.workers)) as display:
+    display = RunDisplay(
+        budget=budget,
+        metric_names=names,
+        parallel=len(supervisor.workers),
+        directions=directions,
+        best=study_best(db_url, study, names, directions),  # the whole study, from before a resume too
+    )
+    with display:
         for worker, line, _ in supervisor.lines_until_done():
             event = parse_event(line)
             if isinstance(event, TrialStarted):

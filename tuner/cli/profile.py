@@ -29,9 +29,10 @@ def _add_choice(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--prefer",
-        choices=("throughput", "kv", "balanced"),
         default="balanced",
-        help="with --best: max output throughput, max KV tokens, or closest to the utopia point",
+        metavar="balanced|throughput|kv|OBJECTIVE",
+        help="with --best: closest to the utopia point of the study's objectives (default), the best "
+        "output throughput or KV tokens, or the best value of one of the study's objectives",
     )
     p.add_argument(
         "--min-free-vram",
@@ -135,7 +136,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.output is not None:  # a path that cannot be written is refused before anything is said
         check_writable(args.output, "-o")
-    data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args))
+    data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args), goodput=True)
     if args.trial is None and (args.allow_infeasible and not args.best):
         raise ConfigError(
             "--allow-infeasible: expected --trial N with it (--best only picks feasible trials)"
@@ -160,6 +161,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     text = render(profile, args.format, table)
     if choice.reason:
         print(choice.reason, file=sys.stderr)
+    if choice.warning:
+        print(f"warning: {choice.warning}", file=sys.stderr)
     if args.output is None:
         sys.stdout.write(text)
         return 0
@@ -251,6 +254,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         latency_plot,
         metric_vs_param_plot,
         pareto_plot,
+        per_gpu_per_user_informative,
         per_gpu_per_user_plot,
         save_png,
     )
@@ -264,7 +268,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out}: is a file; expected a folder")
     url = database_url(args.db)
-    data = load_study_data(url, args.study, preferred=_preferred(args))
+    data = load_study_data(url, args.study, preferred=_preferred(args), goodput=True)
     if args.html is not None:
         from tuner.report.page import study_page
 
@@ -283,9 +287,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     save("trials.csv", lambda p: frame.to_csv(p, index=False))
     save("front.csv", lambda p: front_frame(data, front).to_csv(p, index=False))
-    save("failures.csv", lambda p: failures_frame(data.rows).to_csv(p, index=False))
+    save("failures.csv", lambda p: failures_frame(data).to_csv(p, index=False))
     if data.capacity:
+        from tuner.report.capacity_plot import capacity_plot
+        from tuner.store.capacity import latest_by_row
+
         save("capacity.csv", lambda p: capacity_frame(data.capacity).to_csv(p, index=False))
+        for record in latest_by_row(data.capacity).values():
+            who = record.trial_number if record.trial_number is not None else f"row{record.row_id}"
+            figure = capacity_plot(record, context=context)
+            with written(out / f"capacity_{who}.png", "--out") as tmp:
+                save_png(figure, tmp)
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
@@ -293,7 +305,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     title = f"{data.name}: Pareto front"
     save("pareto.png", lambda p: save_png(pareto_plot(frame, title=title, context=context), p))
     save("history.png", lambda p: save_png(history_plot(frame, context=context), p))
-    save("per_gpu_per_user.png", lambda p: save_png(per_gpu_per_user_plot(frame, context=context), p))
+    skipped = per_gpu_per_user_informative(frame)
+    if skipped:
+        print(f"per_gpu_per_user.png not written: {skipped}", file=sys.stderr)
+    else:
+        save("per_gpu_per_user.png", lambda p: save_png(per_gpu_per_user_plot(frame, context=context), p))
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
         save("mem_fraction.png", lambda p: save_png(metric_vs_param_plot(frame, context=context), p))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -107,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tuner.cli.display import RunDisplay
+    from tuner.cli.display import RunDisplay, study_best
     from tuner.engine import engine_for
     from tuner.session import check_gpu_indices
     from tuner.store.connect import database_url
@@ -117,6 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     options = RunOptions.from_args(args)
     url = database_url(options.db)
+    if options.space is None and (done := _finished_study(options, url)) is not None:
+        return done
     space, study_name = _space_to_run(options, url)
     if space.search.finalists.capacity:
         from tuner.capacity.run import slos_for
@@ -178,7 +181,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         summary = runner.run(Hooks(on_trial=on_trial, on_phase=on_phase))
     else:
-        with RunDisplay(budget=runner.budget, metric_names=metric_names) as display, _log_to(display.console):
+        directions = [o.direction for o in space.objectives]
+        best = study_best(url, runner.name, metric_names, directions)
+        display = RunDisplay(
+            budget=runner.budget, metric_names=metric_names, directions=directions, best=best
+        )
+        with display, _log_to(display.console):
             summary = runner.run(
                 Hooks(on_trial=display.on_trial, on_phase=display.on_phase, on_start=display.on_start)
             )
@@ -197,6 +205,35 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     print_status(runner.store, summary.study_name, runner.study)
     return ExitCode.INTERRUPTED if summary.interrupted else ExitCode.OK
+
+
+def _finished_study(args: RunOptions, url: str) -> int | None:
+    """A bare `run` on a database whose study is complete: its summary and exit 0, as `run --space` on
+    it does (None where there is a study to resume, or no study: `_space_to_run` says which)."""
+    from tuner.report.status import print_status
+    from tuner.store.connect import mask_url
+    from tuner.store.preflight import check_database
+    from tuner.store.sql import SqlStore
+    from tuner.study.resume import stored_studies
+    from tuner.study.storage import make_storage
+
+    try:
+        check_database(url, create=False)
+    except ConfigError:
+        return None  # no database to read: `_space_to_run` says so
+    studies = [s for s in stored_studies(make_storage(url)) if s.space_text is not None]
+    if args.study is not None:
+        done = [s for s in studies if s.name == args.study and not s.unfinished]
+    else:
+        done = studies if studies and not any(s.unfinished for s in studies) and len(studies) == 1 else []
+    if not done:
+        return None
+    study = done[0]
+    print(f"study {study.line()} is complete in {mask_url(url)}: nothing to run", file=sys.stderr, flush=True)
+    print(f"study {study.name}: {study.finished}/{study.budget or '∞'} launches finished")
+    with SqlStore(url, create=False) as store:
+        print_status(store, study.name, None)
+    return ExitCode.OK
 
 
 def _space_to_run(args: RunOptions, url: str) -> tuple[SearchSpace, str | None]:
@@ -243,9 +280,12 @@ def _log_to(console: Console) -> Iterator[None]:
 def cmd_trial(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
     from tuner.cli.output import result_json
+    from tuner.objectives import judge
+    from tuner.report.why import missed_constraints
     from tuner.secrets import redact_argv, scrub, secret_values
     from tuner.session import trial_session
     from tuner.space.loader import config_from_params, load_space, parse_set_overrides
+    from tuner.study.storage import objectives_of
     from tuner.trial import run_trial
 
     space = _with_gpus(load_space(args.space), args.gpus)
@@ -258,14 +298,29 @@ def cmd_trial(args: argparse.Namespace) -> int:
     secrets = frozenset(space.secret_values)
     if result.launch is not None:
         secrets |= secret_values(result.launch.argv, result.launch.env)
+    # judged as the study judges it: the space's objectives and constraints
+    verdict = judge(result, objectives_of(space), space.constraints)
+    infeasible = result.ok and not verdict.feasible
+    missed = missed_constraints(verdict.metrics, space.constraints) if infeasible else []
     if args.json:
-        print(result_json(result, secrets))
+        data = json.loads(result_json(result, secrets))
+        data["verdict"] = {
+            "outcome": verdict.outcome.value,
+            "feasible": verdict.feasible,
+            "constraints": dict(verdict.constraints),
+            "missed": missed,
+        }
+        print(json.dumps(data, indent=2, sort_keys=False))
     else:
         if result.launch is not None:
             print("launch:", " ".join(redact_argv(result.launch.argv)))
             print("log:   ", result.launch.log_path)
-        print(scrub(result_line(result), secrets))
-    return 0 if result.ok else 1
+        line = scrub(result_line(result), secrets)
+        if missed:  # it ran, but the study would count it infeasible: say so first, with value and bound
+            rest = line.removeprefix("ok").lstrip()
+            line = f"{verdict.outcome.value} (missed {'; '.join(missed)})  {rest}"
+        print(line)
+    return 0 if verdict.feasible else 1
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

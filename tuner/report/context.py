@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from tuner.report.frame import StudyData, compact_params, measurements
+from tuner.metrics import DEFAULT_OBJECTIVES, METRICS, Metric
+from tuner.report.frame import StudyData, compact_params, trial_figures
 from tuner.report.pareto import pareto_front
 
 NOT_RECORDED = "workload not recorded (a study started before the space file was stored with it)"
@@ -70,18 +71,33 @@ def context_line(data: StudyData) -> str:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FrontPoint:
-    """One feasible Pareto-front trial with its trade-off against the chosen one."""
+    """One feasible Pareto-front trial (its figures as every view shows them: medians over its
+    measurements) with its trade-off against the chosen one."""
 
     trials: tuple[int, ...]  # a reused result shares its point with its original
     knobs: str
-    output_throughput: float | None
-    kv_tokens: float | None
-    ttft_p99_ms: float | None
-    min_free_mib: float | None  # VRAM headroom: the lowest free GPU memory seen during the run
+    values: Mapping[str, float | None]  # tuner.report.figures: the median of each metric
+    runs: int = 1  # measurements the medians are over
+
+    @property
+    def output_throughput(self) -> float | None:
+        return self.values.get("output_throughput")
+
+    @property
+    def kv_tokens(self) -> float | None:
+        return self.values.get("kv_tokens")
+
+    @property
+    def ttft_p99_ms(self) -> float | None:
+        return self.values.get("ttft_p99_ms")
+
+    @property
+    def min_free_mib(self) -> float | None:  # VRAM headroom: the lowest free GPU memory during the run
+        return self.values.get("min_free_vram_mib")
 
 
 def front_points(data: StudyData) -> tuple[FrontPoint, ...]:
-    """The feasible front, one entry per measurement, by output throughput (highest first)."""
+    """The feasible front, one entry per measurement, best first on the study's first objective."""
     groups: dict[int, list[int]] = {}
     for number in pareto_front(data):
         row = data.row_of(number)
@@ -90,18 +106,18 @@ def front_points(data: StudyData) -> tuple[FrontPoint, ...]:
     points = []
     for row_id, numbers in groups.items():
         row = next(r for r in data.rows if r.id == row_id)
-        m = measurements(row)
+        figures = trial_figures(data, row)
         points.append(
             FrontPoint(
                 trials=tuple(sorted(numbers)),
                 knobs=compact_params(row.params),
-                output_throughput=m.get("output_throughput"),
-                kv_tokens=m.get("kv_tokens"),
-                ttft_p99_ms=m.get("ttft_p99_ms"),
-                min_free_mib=m.get("min_free_vram_mib"),
+                values=dict(figures.values),
+                runs=figures.runs,
             )
         )
-    return tuple(sorted(points, key=lambda p: -(p.output_throughput or 0.0)))
+    first = data.metric_names[0] if data.metric_names else "output_throughput"
+    sign = -1.0 if data.directions and data.directions[0] == "minimize" else 1.0
+    return tuple(sorted(points, key=lambda p: -sign * (p.values.get(first) or 0.0)))
 
 
 def _rel(value: float | None, base: float | None) -> str:
@@ -110,23 +126,46 @@ def _rel(value: float | None, base: float | None) -> str:
     return f"{100.0 * (value - base) / base:+.1f}%"
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
+def _short(name: str) -> str:
+    known = {"output_throughput": "tok/s", "kv_tokens": "KV"}
+    if name in known:
+        return known[name]
+    return METRICS[name].title if name in METRICS else name
 
 
-def tradeoff_lines(points: Sequence[FrontPoint], chosen_trial: int | None) -> list[str]:
-    """One line per front point: its numbers, VRAM headroom, and change against the chosen point."""
+def front_heading(objectives: Sequence[str] = DEFAULT_OBJECTIVES) -> str:
+    """The heading of the front list: the study's objectives, then TTFT p99 and VRAM headroom."""
+    shown = [METRICS[m].title if m in METRICS else m for m in _columns(objectives)]
+    return f"feasible Pareto front ({', '.join(shown)}; lowest free VRAM during the run as VRAM headroom):"
+
+
+def _columns(objectives: Sequence[str]) -> list[str]:
+    return [m for m in dict.fromkeys([*objectives, "ttft_p99_ms"]) if m != "min_free_vram_mib"]
+
+
+def tradeoff_lines(
+    points: Sequence[FrontPoint], chosen_trial: int | None, objectives: Sequence[str] = DEFAULT_OBJECTIVES
+) -> list[str]:
+    """One line per front point: the study's objectives (medians; n when re-measured), TTFT p99, VRAM
+    headroom, and each objective's change against the chosen point."""
     chosen = next((p for p in points if chosen_trial in p.trials), None)
     lines = []
     for p in points:
         if p is chosen or chosen is None:
             mark = "chosen" if p is chosen else "front point"
         else:
-            tput = _rel(p.output_throughput, chosen.output_throughput)
-            mark = f"vs chosen: {tput} tok/s, {_rel(p.kv_tokens, chosen.kv_tokens)} KV"
+            mark = "vs chosen: " + ", ".join(
+                f"{_rel(p.values.get(m), chosen.values.get(m))} {_short(m)}" for m in objectives
+            )
+        columns = [m for m in _columns(objectives) if m in METRICS]
+        shown = ", ".join(f"{METRICS[m].title} {_num(p.values.get(m), METRICS[m])}" for m in columns)
+        runs = f" (median of {p.runs} runs)" if p.runs > 1 else ""
         lines.append(
-            f"  #{','.join(map(str, p.trials))}: {_num(p.output_throughput, '{:,.1f}')} tok/s, "
-            f"{_num(p.kv_tokens, '{:,.0f}')} KV tokens, TTFT p99 {_num(p.ttft_p99_ms, '{:,.0f}')} ms, "
-            f"VRAM headroom {_num(p.min_free_mib, '{:,.0f}')} MiB ({mark}) {p.knobs}"
+            f"  #{','.join(map(str, p.trials))}: {shown}, VRAM headroom "
+            f"{_num(p.min_free_mib, METRICS['min_free_vram_mib'])}{runs} ({mark}) {p.knobs}"
         )
     return lines
+
+
+def _num(value: float | None, metric: Metric) -> str:
+    return "-" if value is None else metric.show(value)

@@ -9,14 +9,16 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
-from tuner.report.frame import EXCERPT_LINES, compact_params, failure_class
+from tuner.report.frame import EXCERPT_LINES, StudyData, compact_params, failure_class, measurements
+from tuner.report.goodput import with_latencies
+from tuner.report.why import reason, slos_of
 from tuner.store.capacity import CapacityRecord
 from tuner.store.protocol import ResultStore
 from tuner.store.rows import StoredTrial
@@ -26,6 +28,8 @@ __all__ = [
     "capacity_frame",
     "Importances",
     "failures_by_class",
+    "FailureView",
+    "failure_views",
     "failures_frame",
     "param_importances",
     "requests_frame",
@@ -47,42 +51,87 @@ def _launched(row: StoredTrial) -> bool:
     return row.outcome is not Outcome.PRUNED
 
 
-def failures_frame(rows: Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -> pd.DataFrame:
-    """One row per failed or infeasible trial: class, phase, message, exit code, the log's last lines."""
-    records = []
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FailureView:
+    """One launch that is not ok, as every view prints it: every field a string or a number, never
+    missing (no view formats a None or a pandas NaN). Built only by `failure_views`."""
+
+    trial: int
+    row_id: int  # 0: no row (the tuner died before recording the trial)
+    confirm_of: int  # 0: not a re-measurement
+    failure: str  # the failure class, slo_violation, or tuner_died
+    phase: str  # "" where no stage is known
+    message: str  # why, in one line (tuner.report.why)
+    exit_code: str  # "" where the server did not exit
+    params: str
+    log_excerpt: str
+    log_path: str
+
+    @property
+    def title(self) -> str:
+        """`trial 8: slo_violation` or `trial 3: oom (launch)`."""
+        return f"trial {self.trial}: {self.failure}" + (f" ({self.phase})" if self.phase else "")
+
+
+def failure_views(
+    source: StudyData | Sequence[StoredTrial], *, lines: int = EXCERPT_LINES
+) -> tuple[FailureView, ...]:
+    """Every launch that failed or missed a constraint, and every trial the tuner's own process died
+    in (from the study's Optuna trials), each with its reason."""
+    data = source if isinstance(source, StudyData) else None
+    rows = data.rows if data is not None else tuple(source)  # type: ignore[arg-type]
+    slos = slos_of(data.space_text) if data is not None else ()
+    trials = {t.number: t for t in data.trials} if data is not None else {}
+    out = []
     for r in rows:
         failure = failure_class(r)
         if failure is None or not _launched(r):
             continue
-        excerpt = "\n".join((r.log_excerpt or "").splitlines()[-lines:])
-        records.append(
-            {
-                "trial": r.trial_number,
-                "row_id": r.id,
-                "confirm_of": r.confirm_of,
-                "failure": failure,
-                "phase": r.failure_phase.value if r.failure_phase else None,
-                "message": r.failure_message
-                or ("an SLO constraint was missed" if r.outcome.measured else ""),
-                "exit_code": r.exit_code,
-                "params": compact_params(r.params),
-                "log_excerpt": excerpt,
-                "log_path": r.log_path,
-            }
+        trial = trials.get(r.trial_number) if r.trial_number is not None else None
+        out.append(
+            FailureView(
+                trial=r.trial_number if r.trial_number is not None else -1,
+                row_id=r.id,
+                confirm_of=r.confirm_of or 0,
+                failure=failure,
+                phase=r.failure_phase.value if r.failure_phase else "",
+                message=reason(r, trial, measurements(r), slos),
+                exit_code="" if r.exit_code is None else str(r.exit_code),
+                params=compact_params(r.params),
+                log_excerpt="\n".join((r.log_excerpt or "").splitlines()[-lines:]),
+                log_path=r.log_path or "",
+            )
         )
-    columns = [
-        "trial",
-        "row_id",
-        "confirm_of",
-        "failure",
-        "phase",
-        "message",
-        "exit_code",
-        "params",
-        "log_excerpt",
-        "log_path",
-    ]
-    return pd.DataFrame.from_records(records, columns=columns)
+    recorded = {r.trial_number for r in rows}
+    retried = {int(t.user_attrs["retry_of"]): t.number for t in trials.values()
+               if isinstance(t.user_attrs.get("retry_of"), int)}  # fmt: skip
+    for number, t in sorted(trials.items()):
+        if t.state is not TrialState.FAIL or number in recorded or t.user_attrs.get("outcome"):
+            continue
+        out.append(
+            FailureView(
+                trial=number,
+                row_id=0,
+                confirm_of=0,
+                failure="tuner_died" if not t.user_attrs.get("failure_message") else "not_recorded",
+                phase=str(t.user_attrs.get("phase") or ""),
+                message=reason(None, t, {}, slos, retried_as=retried.get(number)),
+                exit_code="",
+                params=compact_params(t.params),
+                log_excerpt="",
+                log_path="",
+            )
+        )
+    return tuple(out)
+
+
+FAILURE_COLUMNS = tuple(f.name for f in fields(FailureView))
+
+
+def failures_frame(source: StudyData | Sequence[StoredTrial], *, lines: int = EXCERPT_LINES) -> pd.DataFrame:
+    """`failure_views` as a table (failures.csv, the notebook): one row per view, no missing cell."""
+    views = failure_views(source, lines=lines)
+    return pd.DataFrame.from_records([asdict(v) for v in views], columns=list(FAILURE_COLUMNS))
 
 
 def capacity_frame(records: Sequence[CapacityRecord]) -> pd.DataFrame:
@@ -98,11 +147,14 @@ def capacity_frame(records: Sequence[CapacityRecord]) -> pd.DataFrame:
                     "knob": r.knob,
                     "slos": "; ".join(r.slos),
                     "capacity": r.capacity,
+                    "bound_by": r.bound() if r.outcome == "ok" else r.outcome,
                     "load": p.get("load"),
                     "passed": p.get("passed"),
                     "runs": p.get("runs"),
                     **{f"median_{k}": v for k, v in medians.items()},
+                    **{f"curve_{k}": v for k, v in (p.get("curve") or {}).items()},
                     "why": p.get("why"),
+                    "limits": "; ".join(p.get("limits") or []),
                     "outcome": r.outcome,
                     "measured_at": r.created_at,
                 }
@@ -196,19 +248,3 @@ def requests_frame(store: ResultStore, rows: Sequence[StoredTrial]) -> pd.DataFr
     if not frames:
         return pd.DataFrame(columns=["trial", "row_id", "point_label", "ttft_ms", "tpot_ms", "e2e_ms"])
     return pd.concat(frames, ignore_index=True)
-
-
-def with_latencies(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add ttft_ms = t_first − t_sent, e2e_ms = t_end − t_sent, tpot_ms = (e2e − ttft)/(out − 1) (out > 1)."""
-    out = frame.copy()
-    if not {"t_sent_s", "t_first_s", "t_end_s", "output_tokens"} <= set(out.columns):
-        return out
-    sent = pd.to_numeric(out["t_sent_s"], errors="coerce")
-    ttft = (pd.to_numeric(out["t_first_s"], errors="coerce") - sent) * 1000.0
-    e2e = (pd.to_numeric(out["t_end_s"], errors="coerce") - sent) * 1000.0
-    tokens = pd.to_numeric(out["output_tokens"], errors="coerce")
-    tpot = (e2e - ttft) / (tokens - 1)
-    out["ttft_ms"] = ttft
-    out["e2e_ms"] = e2e
-    out["tpot_ms"] = tpot.where(tokens > 1)
-    return out

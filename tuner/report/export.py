@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from tuner import front
+from tuner import front as front_module
 from tuner.errors import ProfileError
-from tuner.metrics import SPREAD_METRICS
-from tuner.report.frame import StudyData, compact_params, measurements, median_measurements
+from tuner.metrics import DEFAULT_OBJECTIVES, METRICS, SPREAD_METRICS
+from tuner.report.frame import StudyData, compact_params, launch_gpu_count, measurements, trial_figures
 from tuner.report.pareto import pareto_front
+from tuner.report.verify import verify_lines
 from tuner.store.rows import StoredTrial
 
 __all__ = [
@@ -69,6 +70,7 @@ class Choice:
 
     row: StoredTrial
     reason: str = ""
+    warning: str = ""  # the pick rests on one noisy measurement: `confirm` it (shown, never silent)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,6 +102,9 @@ class Profile:
     n_confirm: int = 0
     failed_confirms: tuple[str, ...] = ()
     reason: str = ""
+    launch_gpus: int = 0  # the GPUs the launch used (tp x pp x dp, or those it was given)
+    runs: int = 1  # measurements `measured` is the median of (the trial and its re-measurements)
+    warning: str = ""  # the pick rests on one noisy measurement (see Choice.warning)
     notes: tuple[str, ...] = ()  # what a re-rendering for another release changed, shown with the provenance
     context: tuple[str, ...] = ()  # workload, constraints, the other front points with their trade-offs
 
@@ -154,10 +159,34 @@ def _ranges(numbers: Sequence[int]) -> str:
     return ", ".join(str(n) for n in numbers)
 
 
-def choose_best(data: StudyData, *, prefer: str = "balanced", min_free_mib: int | None = None) -> Choice:
-    """The feasible Pareto-front trial the preference favours (see the module docstring)."""
-    if prefer not in PREFERENCES:
-        raise ProfileError(f"--prefer: expected one of {', '.join(PREFERENCES)} (got {prefer!r})")
+def _objectives(data: StudyData) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    names = tuple(data.metric_names) or DEFAULT_OBJECTIVES
+    directions = tuple(data.directions) if len(data.directions) == len(names) else ("maximize",) * len(names)
+    return names, directions
+
+
+def preference_metric(data: StudyData, prefer: str) -> str | None:
+    """The objective a preference ranks by (None: balanced). `throughput` and `kv` name output
+    throughput and KV tokens where the study optimises them, else its first and second objective;
+    any objective of the study may be named as it is."""
+    names, _ = _objectives(data)
+    if prefer == "balanced":
+        return None
+    if prefer in names:
+        return prefer
+    legacy = {"throughput": ("output_throughput", 0), "kv": ("kv_tokens", 1)}
+    if prefer in legacy:
+        metric, index = legacy[prefer]
+        return metric if metric in names else names[min(index, len(names) - 1)]
+    raise ProfileError(
+        f"--prefer: expected one of balanced, throughput, kv or the study's objectives "
+        f"({', '.join(names)}) (got {prefer!r})"
+    )
+
+
+def _candidates(data: StudyData, min_free_mib: int | None) -> list[tuple[int, StoredTrial]]:
+    """One candidate per measurement of the feasible front (a reused result and its original are one
+    launch), kept to those with at least `min_free_mib` free."""
     front = pareto_front(data)
     if not front:
         counts = {r.outcome.value for r in data.rows if r.confirm_of is None}
@@ -165,52 +194,85 @@ def choose_best(data: StudyData, *, prefer: str = "balanced", min_free_mib: int 
             f"study {data.name!r}: no feasible trial to export (expected at least one; "
             f"{len(data.rows)} recorded, outcomes: {', '.join(sorted(counts)) or 'none'})"
         )
-    # one candidate per measurement: a reused result and its original are the same launch
     rows: dict[int, tuple[int, StoredTrial]] = {}
     for number in front:
         row = data.row_of(number)
         if row is not None and row.id not in rows:
             rows[row.id] = (number, row)
     candidates = list(rows.values())
-    if min_free_mib is not None:
-        kept = [
-            (n, r) for n, r in candidates if r.min_free_mib is not None and r.min_free_mib >= min_free_mib
-        ]
-        if not kept:
-            best_free = max(
-                (r.min_free_mib for _, r in candidates if r.min_free_mib is not None), default=None
-            )
-            raise ProfileError(
-                f"--min-free-vram {min_free_mib}: no Pareto-front trial of study {data.name!r} kept that "
-                f"much GPU memory free (expected ≥ {min_free_mib} MiB; the most any kept: {best_free} MiB)"
-            )
-        candidates = kept
-    scored = [(n, r, median_measurements(data, r)) for n, r in candidates]
-    tput = {n: m.get("output_throughput") or 0.0 for n, _, m in scored}
-    kv = {n: m.get("kv_tokens") or 0.0 for n, _, m in scored}
-    if prefer == "throughput":
-        number = max(tput, key=lambda n: (tput[n], kv[n]))
-        why = f"highest output throughput {tput[number]:,.1f} tok/s"
-    elif prefer == "kv":
-        number = max(kv, key=lambda n: (kv[n], tput[n]))
-        why = f"most KV-cache tokens {kv[number]:,.0f}"
+    if min_free_mib is None:
+        return candidates
+    kept = [(n, r) for n, r in candidates if r.min_free_mib is not None and r.min_free_mib >= min_free_mib]
+    if not kept:
+        best_free = max((r.min_free_mib for _, r in candidates if r.min_free_mib is not None), default=None)
+        raise ProfileError(
+            f"--min-free-vram {min_free_mib}: no Pareto-front trial of study {data.name!r} kept that "
+            f"much GPU memory free (expected ≥ {min_free_mib} MiB; the most any kept: {best_free} MiB)"
+        )
+    return kept
+
+
+def choose_best(data: StudyData, *, prefer: str = "balanced", min_free_mib: int | None = None) -> Choice:
+    """The feasible Pareto-front trial the preference favours, over the study's own objectives and
+    directions (see the module docstring), judged on each trial's figures (medians)."""
+    metric = preference_metric(data, prefer)
+    names, directions = _objectives(data)
+    candidates = _candidates(data, min_free_mib)
+    figures = {n: trial_figures(data, r) for n, r in candidates}
+    points = {n: tuple(f.get(m) or 0.0 for m in names) for n, f in figures.items()}
+    sign = front_module.signs(directions)
+    if metric is not None:
+        i = names.index(metric)
+        order = [i, *(j for j in range(len(names)) if j != i)]
+        number = max(points, key=lambda n: (tuple(sign[j] * points[n][j] for j in order), -n))
+        best = "lowest" if sign[i] < 0 else "highest"
+        title = METRICS[metric].title if metric in METRICS else metric
+        why = f"{best} {title}: {_show(metric, points[number][i])}"
     else:
-        dist = utopia_distances(tput, kv)
-        number = min(dist, key=lambda n: (dist[n], -tput[n]))
-        why = f"closest to the utopia point (normalised distance {dist[number]:.3f})"
+        dist = front_module.utopia_distances(points, directions)
+        number = min(
+            dist, key=lambda n: (dist[n], tuple(-s * v for s, v in zip(sign, points[n], strict=True)))
+        )
+        why = f"closest to the utopia point of {', '.join(names)} (normalised distance {dist[number]:.3f})"
     row = dict(candidates)[number]
     vram = f", min free VRAM {row.min_free_mib:,} MiB ≥ {min_free_mib:,}" if min_free_mib is not None else ""
+    shown = ", ".join(_show(m, points[number][i]) for i, m in enumerate(names))
+    runs = figures[number].runs
+    over = f" (medians of {runs} runs)" if runs > 1 else ""
     reason = (
         f"chose trial {number} among {len(candidates)} feasible Pareto-front trial(s) "
-        f"(prefer={prefer}: {why}; "
-        f"{tput[number]:,.1f} tok/s, {kv[number]:,.0f} KV tokens{vram})"
+        f"(prefer={prefer}: {why}; {shown}{over}{vram})"
     )
-    return Choice(row=row, reason=reason)
+    return Choice(row=row, reason=reason, warning=_single_noisy(data, number, runs))
 
 
 def utopia_distances(first: Mapping[int, float], second: Mapping[int, float]) -> dict[int, float]:
     """Distance of each candidate to (1, 1) once each metric (both maximised) is divided by its best."""
-    return front.utopia_distances({k: (first[k], second[k]) for k in first}, ("maximize", "maximize"))
+    return front_module.utopia_distances({k: (first[k], second[k]) for k in first}, ("maximize", "maximize"))
+
+
+def _show(metric: str, value: float) -> str:
+    """A value with its unit, or with its title where the title holds the unit (`499,255 KV-cache tokens`)."""
+    known = METRICS.get(metric)
+    if known is None:
+        return f"{value:,.1f} {metric}"
+    shown = known.show(value)
+    return f"{shown} {known.title}" if known.unit and known.unit in known.title else shown
+
+
+def _single_noisy(data: StudyData, number: int, runs: int) -> str:
+    """A warning when the pick rests on one measurement marked noisy (never re-measured)."""
+    from tuner.study.asks import classify
+
+    if runs > 1:
+        return ""
+    ask = next((a for a in classify(data.trials, data.rows) if a.number == number), None)
+    if ask is None or not ask.noisy:
+        return ""
+    return (
+        f"trial {number} was measured once and that measurement is marked {ask.noisy}: re-measure it "
+        f"before trusting the pick (python -m tuner confirm --space FILE --trial {number} --repeats 3)"
+    )
 
 
 # ------------------------------------------------------------------------------------ profile
@@ -241,6 +303,7 @@ def build_profile(data: StudyData, choice: Choice, *, now: datetime | None = Non
     number = row.trial_number
     if number is None:  # a re-validation row chosen directly: describe its original
         number = next((r.trial_number for r in data.rows if r.id == row.confirm_of), None)
+    figures = trial_figures(data, row)
     return Profile(
         study=data.name,
         trial=number,
@@ -258,7 +321,10 @@ def build_profile(data: StudyData, choice: Choice, *, now: datetime | None = Non
         sglang_version=row.sglang_version,
         gpu_names=tuple(str(g.get("name", "?")) for g in row.gpus),
         driver=", ".join(drivers),
-        measured=measurements(row),
+        measured=dict(figures.values),
+        runs=figures.runs,
+        launch_gpus=launch_gpu_count(row),
+        warning=choice.warning,
         gate_verdict=row.gate_verdict,
         gate_reason=row.gate_reason,
         measured_at=row.finished_at,
@@ -271,6 +337,8 @@ def build_profile(data: StudyData, choice: Choice, *, now: datetime | None = Non
             *_noisy_context(data, number),
             *study_context(data, number),
             *_capacity_context(data, row.id),
+            *_goodput_context(data, row.id),
+            *verify_lines(data.space_text, row.argv),
         ),
     )
 
@@ -283,6 +351,16 @@ def _noisy_context(data: StudyData, number: int | None) -> tuple[str, ...]:
     return (f"measurement marked {ask.noisy}",) if ask is not None and ask.noisy else ()
 
 
+def _goodput_context(data: StudyData, row_id: int) -> tuple[str, ...]:
+    """bench_serving's goodput and SLO attainment of the exported trial's measurements."""
+    ids = [r.id for r in data.rows if r.id == row_id or r.confirm_of == row_id]
+    runs = [g for i in ids if (g := data.goodput.get(i)) is not None]
+    if not runs:
+        return ()
+    more = f" (and {len(runs) - 1} re-measurement(s))" if len(runs) > 1 else ""
+    return (f"{runs[0].line()}{more}",)
+
+
 def _capacity_context(data: StudyData, row_id: int) -> tuple[str, ...]:
     """The latest `tuner capacity` result of the exported trial, with every load it measured."""
     record = data.capacity_of(row_id)
@@ -293,16 +371,28 @@ def _capacity_context(data: StudyData, row_id: int) -> tuple[str, ...]:
 
 
 def study_context(data: StudyData, chosen: int | None) -> tuple[str, ...]:
-    """Workload, constraints and the feasible front with each point's trade-off and VRAM headroom."""
+    """Workload, constraints and the feasible front over the study's objectives, with each point's
+    trade-off and VRAM headroom (each point's figures: medians over its measurements)."""
     from tuner.errors import ReportError
-    from tuner.report.context import constraints_line, front_points, tradeoff_lines, workload_line
+    from tuner.report.context import (
+        constraints_line,
+        front_heading,
+        front_points,
+        tradeoff_lines,
+        workload_line,
+    )
 
     try:
         points = front_points(data)
     except ReportError:  # the front's cross-check failed: say so rather than list a front
         points = ()
-    front = ["feasible Pareto front (throughput, KV tokens, TTFT p99, lowest free VRAM during the run):"]
-    return (workload_line(data), constraints_line(data), *front, *tradeoff_lines(points, chosen))
+    names, _ = _objectives(data)
+    return (
+        workload_line(data),
+        constraints_line(data),
+        front_heading(names),
+        *tradeoff_lines(points, chosen, names),
+    )
 
 
 def knob_line(profile: Profile) -> str:

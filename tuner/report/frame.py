@@ -18,9 +18,8 @@ from __future__ import annotations
 import logging
 import statistics
 import warnings
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -29,11 +28,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
 from tuner.errors import ConfigError, StoreError
-from tuner.metrics import METRICS, derived_values
+from tuner.metrics import METRICS
+from tuner.report.figures import TrialFigures, figures_over, launch_gpu_count, measurements
+from tuner.report.goodput import Goodput, goodput_bounds, goodput_of, objective_duration
+from tuner.report.knobs import _short_names, compact_params, param_legend
+from tuner.report.why import reason, slos_of
 from tuner.secrets import readable_space_text
 from tuner.store.capacity import CapacityRecord, latest_by_row
 from tuner.store.capacity import load as load_capacity
-from tuner.store.codec import finite
 from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.rows import StoredTrial
 from tuner.store.sql import SqlStore
@@ -42,8 +44,12 @@ from tuner.study.asks import classify, classify_trial
 __all__ = [
     "StudyData",
     "compact_params",
+    "param_legend",
     "load_study_data",
+    "TrialFigures",
+    "launch_gpu_count",
     "measurements",
+    "trial_figures",
     "trials_frame",
 ]
 
@@ -66,6 +72,7 @@ class StudyData:
     best_numbers: tuple[int, ...] | None = None  # Optuna's best_trials; None without an Optuna study
     space_text: str | None = None  # the space file stored with the study (workload, constraints)
     capacity: tuple[CapacityRecord, ...] = ()  # `tuner capacity` runs of its trials, oldest first
+    goodput: Mapping[int, Goodput] = field(default_factory=dict)  # row id -> goodput (load_study_data)
 
     def capacity_of(self, row_id: int) -> CapacityRecord | None:
         """The latest capacity run of the trial row `row_id`."""
@@ -91,11 +98,37 @@ class StudyData:
 # ------------------------------------------------------------------------------------- loading
 
 
-def load_study_data(url: str, study: str | None = None, *, preferred: str | None = None) -> StudyData:
+def load_study_data(
+    url: str, study: str | None = None, *, preferred: str | None = None, goodput: bool = False
+) -> StudyData:
     """Read one study's rows and Optuna trials (the I/O edge of the reports); see SqlStore.resolve_study.
+    With `goodput`, also each measured trial's goodput from its request records (tuner.report.goodput).
 
     A SQLite file that does not exist is an error (opening it would create an empty database).
     """
+    data = _load(url, study, preferred)
+    return with_goodput(data) if goodput else data
+
+
+def with_goodput(data: StudyData) -> StudyData:
+    """`data` with the goodput of every measured trial and re-measurement under the study's latency
+    constraints (none where the study has no latency constraint)."""
+    bounds = goodput_bounds(slos_of(data.space_text))
+    if not bounds:
+        return data
+    found: dict[int, Goodput] = {}
+    with SqlStore(data.url, create=False) as store:
+        for row in data.rows:
+            if not row.outcome.measured:
+                continue
+            duration = objective_duration(row.bench, row.objective_point)
+            result = goodput_of(store.requests(row.id), bounds, duration, row.objective_point)
+            if result is not None:
+                found[row.id] = result
+    return replace(data, goodput=found)
+
+
+def _load(url: str, study: str | None, preferred: str | None) -> StudyData:
     missing = _missing_sqlite_file(url)
     if missing is not None:
         raise ConfigError(
@@ -162,29 +195,15 @@ def _single_best(study: optuna.Study) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------- measurements
 
 
-def measurements(row: StoredTrial) -> dict[str, float | None]:
-    """Every metric of a recorded trial (None where it was not measured)."""
-    out: dict[str, float | None] = dict.fromkeys(MEASURED)
-    for name in MEASURED:
-        out[name] = finite(row.metrics.get(name)) if row.metrics else None
-    out["kv_tokens"] = finite(row.kv_tokens)
-    out["min_free_vram_mib"] = finite(row.min_free_mib)
-    out.update(derived_values(out, len(row.gpus)))
-    return out
+def trial_figures(data: StudyData, row: StoredTrial) -> TrialFigures:
+    """The displayed figures of the trial recorded in `row`: the one function every view reads
+    (tuner.report.figures.TrialFigures)."""
+    return figures_over(data.rows, row)
 
 
 def median_measurements(data: StudyData, row: StoredTrial) -> dict[str, float | None]:
-    """Every metric of a trial as the median over its own measurement and its re-measurements
-    (finalist repeats and `confirm` runs that measured), so one noisy run does not decide."""
-    runs = [measurements(row)] if row.outcome.measured else []
-    runs += [measurements(r) for r in data.rows if r.confirm_of == row.id and r.outcome.measured]
-    if len(runs) <= 1:
-        return measurements(row)
-    out: dict[str, float | None] = {}
-    for name in MEASURED:
-        values = [v for run in runs if (v := run.get(name)) is not None]
-        out[name] = statistics.median(values) if values else None
-    return out
+    """Every metric of a trial as the median over its measurements (`trial_figures(...).values`)."""
+    return dict(trial_figures(data, row).values)
 
 
 def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
@@ -198,54 +217,6 @@ def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
     if not row.outcome.measured:
         return "failed"
     return "feasible" if row.feasible else "infeasible"
-
-
-# ------------------------------------------------------------------------------------ params
-
-
-def _short_names(names: Iterable[str]) -> dict[str, str]:
-    """The first word of each param name where that is unambiguous, else the last part of a dotted
-    name (`sparse_backends.prefill` -> `prefill`) where that is, else the whole name."""
-    names = list(names)
-    first = {n: n.replace("_", "-").split("-")[0] for n in names}
-    last = {n: n.rsplit(".", 1)[-1] for n in names if "." in n}
-    counts = Counter([*first.values(), *last.values()])
-    out = {}
-    for n in names:
-        if counts[first[n]] == 1:
-            out[n] = first[n]
-        elif n in last and counts[last[n]] == 1:
-            out[n] = last[n]
-        else:
-            out[n] = n
-    return out
-
-
-def _show_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, (list, tuple)):
-        value = ",".join(str(v) for v in value)
-    text = str(value)
-    head, colon, items = text.rpartition(":") if ":" in text else ("", "", text)
-    parts = items.split(",")
-    if len(parts) > 4:  # a CUDA-graph batch list: first..last(count)
-        return f"{head}{colon}{parts[0]}..{parts[-1]}({len(parts)})"
-    return text
-
-
-def compact_params(params: Mapping[str, Any], short: Mapping[str, str] | None = None) -> str:
-    """`mem=0.65 cuda=max:8 chunked=4096`: a trial's knobs in one short line."""
-    short = short or _short_names(params)
-    return " ".join(f"{short.get(k, k)}={_show_value(v)}" for k, v in params.items())
-
-
-def param_legend(names: Iterable[str]) -> str:
-    """`mem = mem-fraction-static, ...` for the short names that differ from the param name."""
-    short = _short_names(names)
-    return ", ".join(f"{s} = {n}" for n, s in short.items() if s != n)
 
 
 # ------------------------------------------------------------------------------------ frames
@@ -274,9 +245,16 @@ _TAIL_COLUMNS = (
     "started_at",
     "duration_s",
     "failure_message",
+    "why",
+    "runs",
+    "launch_gpus",
+    "request_goodput",
+    "slo_attainment",
     "log_path",
     "capacity",
 )
+# The metrics whose lowest and highest measurement the trials table carries beside the median.
+RANGE_METRICS = ("output_throughput", "total_throughput", "kv_tokens", "ttft_p99_ms", "tpot_p99_ms")
 
 
 def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.DataFrame:
@@ -295,6 +273,12 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     else:
         items = [(r.trial_number, r, None) for r in data.rows if r.confirm_of is None]
     fates = {a.number: a for a in classify(data.trials, data.rows)}
+    slos = slos_of(data.space_text)
+    retried = {
+        int(t.user_attrs["retry_of"]): t.number
+        for t in data.trials
+        if isinstance(t.user_attrs.get("retry_of"), int)
+    }
     records = []
     for number, row, trial in items:
         params = dict(trial.params) if trial is not None else dict(row.params if row else {})
@@ -320,7 +304,13 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
         for name in param_names:
             column = name if name not in _BASE_COLUMNS and name not in MEASURED else f"param:{name}"
             rec[column] = params.get(name)
-        rec.update(measurements(row) if row else dict.fromkeys(MEASURED))
+        figures = trial_figures(data, row) if row else None
+        rec.update(figures.values if figures else dict.fromkeys(MEASURED))
+        for name in dict.fromkeys([*data.metric_names, *RANGE_METRICS]):
+            rec[f"{name}_min"] = figures.low.get(name) if figures and figures.runs > 1 else None
+            rec[f"{name}_max"] = figures.high.get(name) if figures and figures.runs > 1 else None
+        own = measurements(row) if row else {}
+        why = reason(row, trial, own, slos, retried_as=retried.get(number) if number is not None else None)
         rec.update(
             {
                 "startup_s": row.startup_s if row else None,
@@ -334,6 +324,10 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
                 "started_at": row.started_at if row else None,
                 "duration_s": (row.finished_at - row.started_at).total_seconds() if row else None,
                 "failure_message": row.failure_message if row else None,
+                "why": why,
+                "runs": figures.runs if figures else 0,
+                "launch_gpus": launch_gpu_count(row) if row and row.argv else None,
+                **_goodput_columns(data, row),
                 "log_path": row.log_path if row else None,
                 "capacity": _capacity(data, row),
             }
@@ -346,6 +340,19 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     frame.attrs["metric_names"] = list(data.metric_names)
     frame.attrs["directions"] = list(data.directions)
     return frame
+
+
+def _goodput_columns(data: StudyData, row: StoredTrial | None) -> dict[str, float | None]:
+    """bench_serving's `request_goodput` and the SLO attainment: the median over the trial's runs."""
+    if row is None:
+        return {"request_goodput": None, "slo_attainment": None}
+    runs = [g for r in (row, *data.confirmations(row.id)) if (g := data.goodput.get(r.id)) is not None]
+    if not runs:
+        return {"request_goodput": None, "slo_attainment": None}
+    return {
+        "request_goodput": statistics.median(g.request_goodput for g in runs),
+        "slo_attainment": statistics.median(g.slo_attainment for g in runs),
+    }
 
 
 def _capacity(data: StudyData, row: StoredTrial | None) -> str | None:

@@ -155,6 +155,26 @@ def _failures(ax: Any, frame: pd.DataFrame) -> None:
     )
 
 
+def per_gpu_per_user_informative(frame: pd.DataFrame) -> str:
+    """Why the per-GPU vs per-user plot would say nothing ("" when it says something): at one load
+    point on launches of one GPU count both axes are throughput over a constant, a straight line."""
+    measured = frame[frame["status"].isin(["feasible", "infeasible"])]
+    if measured.empty:
+        return "no measured trial"
+    def column(name: str) -> pd.Series:
+        found = measured[name] if name in measured else pd.Series([], dtype=float)
+        return pd.to_numeric(found, errors="coerce").dropna()
+
+    gpus, users = set(column("launch_gpus")), column("concurrency")
+    spread = (users.max() - users.min()) / users.max() if len(users) and users.max() > 0 else 0.0
+    if len(gpus) <= 1 and spread < 0.2:
+        return (
+            "every launch used the same GPUs at one load: per GPU and per user both track throughput "
+            "(vary the load points or the parallelism to see the trade-off)"
+        )
+    return ""
+
+
 def per_gpu_per_user_plot(frame: pd.DataFrame, *, context: str | None = None) -> Figure:
     """Output throughput per GPU against per user (a request in flight): the serving trade-off
     between fleet cost and each user's speed; the front of the two ringed and numbered."""

@@ -19,6 +19,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from tuner.errors import ReportError
+from tuner.report.detail import FailureView
 
 __all__ = ["HtmlReport", "png_data_uri", "render_html"]
 
@@ -47,7 +48,7 @@ class HtmlReport:
     front_note: str  # the failed trials, listed (they have no point on the plot)
     trials: pd.DataFrame  # interactive.trials_table
     trial_status: Sequence[str]  # feasible | infeasible | failed per row of `trials`
-    failures: pd.DataFrame  # detail.failures_frame
+    failures: Sequence[FailureView]  # detail.failure_views
     export_text: str  # the recommended launch script
     export_reason: str
     images: Sequence[tuple[str, str]]  # (caption, data URI)
@@ -91,19 +92,16 @@ def _trials_table(frame: pd.DataFrame, status: Sequence[str]) -> str:
     return f"<table id='trials'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _failures(frame: pd.DataFrame) -> str:
-    if frame.empty:
+def _failures(views: Sequence[FailureView]) -> str:
+    if not views:
         return "<p>No launch failed or missed a constraint.</p>"
     parts = []
-    for rec in frame.to_dict("records"):
-        title = f"trial {rec['trial']}: {rec['failure']}" + (f" ({rec['phase']})" if rec.get("phase") else "")
-        path = rec.get("log_path")
-        present = isinstance(path, str) and bool(path)  # pandas puts NaN (truthy) where a path is missing
-        log = f"<p class='note'>server log: {_esc(path)}</p>" if present else ""
+    for v in views:
+        log = f"<p class='note'>server log: {_esc(v.log_path)}</p>" if v.log_path else ""
         parts.append(
-            f"<details open><summary><b>{_esc(title)}</b> — {_esc(rec['message'])}</summary>"
-            f"<p class='note'>{_esc(rec['params'])}</p>{log}"
-            f"<pre>{_esc(rec['log_excerpt'] or '(no log lines)')}</pre>"
+            f"<details open><summary><b>{_esc(v.title)}</b> — {_esc(v.message)}</summary>"
+            f"<p class='note'>{_esc(v.params)}</p>{log}"
+            f"<pre>{_esc(v.log_excerpt or '(no log lines)')}</pre>"
             "</details>"
         )
     return "".join(parts)

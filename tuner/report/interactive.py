@@ -27,6 +27,10 @@ def hover_text(rec: Mapping[str, Any], x: str, y: str) -> str:
     status = str(rec["failure"]) if _present(rec.get("failure")) else str(rec["status"])
     pareto = " · Pareto front" if rec.get("pareto") else ""
     lines = [f"<b>trial {rec['trial']}</b> · {status}{pareto}", str(rec.get("knobs") or "")]
+    if _present(rec.get("why")) and rec.get("why"):
+        lines.append(str(rec["why"]))
+    if _present(rec.get("runs")) and int(rec["runs"]) > 1:
+        lines.append(f"median of {int(rec['runs'])} runs")
     for metric in dict.fromkeys((x, y, "ttft_p99_ms", "tpot_p99_ms", "min_free_vram_mib")):
         if metric in rec:
             lines.append(f"{heading(metric)}: {formatted(metric, rec[metric])}")
@@ -119,12 +123,34 @@ def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
             "result": [_result(rec) for rec in frame.to_dict("records")],
             "pareto": ["yes" if p else "" for p in frame["pareto"]],
             "knobs": frame["knobs"],
+            "why": [str(w) if _present(w) else "" for w in frame.get("why", [""] * len(frame))],
         }
     )
     for column in columns:
         if column in frame:
             out[heading(column)] = [formatted(column, v) for v in frame[column]]
+    if "request_goodput" in frame and frame["request_goodput"].map(_present).any():
+        out["goodput (req/s)"] = [f"{v:,.2f}" if _present(v) else "-" for v in frame["request_goodput"]]
+        out["SLO attainment"] = [f"{v:.1%}" if _present(v) else "-" for v in frame["slo_attainment"]]
+    if "runs" in frame:  # n and range where a trial was re-measured (the figures are medians)
+        out["runs"] = [_runs(rec) for rec in frame.to_dict("records")]
     return out.reset_index(drop=True)
+
+
+def _runs(rec: Mapping[str, Any]) -> str:
+    runs = rec.get("runs")
+    if not _present(runs):
+        return "-"
+    n = int(runs)  # type: ignore[arg-type]  # present: a number
+    if n <= 1:
+        return str(n)
+    low, high = rec.get("output_throughput_min"), rec.get("output_throughput_max")
+    spread = (
+        f" (out tok/s {formatted('output_throughput', low)}–{formatted('output_throughput', high)})"
+        if _present(low) and _present(high)
+        else ""
+    )
+    return f"median of {n}{spread}"
 
 
 def formatted_table(table: pd.DataFrame) -> pd.DataFrame:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tuner.errors import ProfileError
+from tuner.report.capacity_plot import capacity_plot
 from tuner.report.context import constraints_line, defines_slo, workload_line
-from tuner.report.detail import failures_frame, requests_frame
+from tuner.report.detail import failure_views, requests_frame
 from tuner.report.export import build_profile, select
 from tuner.report.frame import StudyData, trials_frame
 from tuner.report.html import HtmlReport, png_data_uri, render_html
@@ -15,6 +16,7 @@ from tuner.report.plots import (
     history_plot,
     latency_plot,
     metric_vs_param_plot,
+    per_gpu_per_user_informative,
     per_gpu_per_user_plot,
 )
 from tuner.report.profile import render_sh
@@ -44,12 +46,13 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
         )
     if not frame.empty:
         images.append(("optimisation history", png_data_uri(history_plot(frame, context=context))))
-        images.append(
-            (
-                "output throughput per GPU against per user",
-                png_data_uri(per_gpu_per_user_plot(frame, context=context)),
+        if not per_gpu_per_user_informative(frame):
+            images.append(
+                (
+                    "output throughput per GPU against per user",
+                    png_data_uri(per_gpu_per_user_plot(frame, context=context)),
+                )
             )
-        )
     rows = list({r.id: r for n in front if (r := data.row_of(n)) is not None}.values())
     if rows:
         with SqlStore(data.url) as store:
@@ -61,6 +64,14 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
                     png_data_uri(latency_plot(requests, context=context)),
                 )
             )
+    for record in latest_by_row(data.capacity).values():
+        who = f"trial {record.trial_number}" if record.trial_number is not None else f"row {record.row_id}"
+        images.append(
+            (
+                f"capacity curve of {who}: served throughput, TTFT and TPOT against the offered load",
+                png_data_uri(capacity_plot(record, context=context)),
+            )
+        )
     try:
         choice = select(data)
         profile = build_profile(data, choice)
@@ -86,7 +97,7 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
             *tally_lines(tally(asks := classify(data.trials, data.rows)), has_slo=defines_slo(data)),
             *pruned_lines(asks),
         ],
-        failures=failures_frame(data.rows),
+        failures=failure_views(data),
         export_text=export_text,
         export_reason=reason,
         images=images,

@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend, works headless
 
 from tuner.report.figure import COLOURS, caption, caption_lines, failure_list, label, save_png
-from tuner.report.front_plot import pareto_plot, per_gpu_per_user_plot
+from tuner.report.front_plot import pareto_plot, per_gpu_per_user_informative, per_gpu_per_user_plot
 
 __all__ = [
     "COLOURS",
@@ -31,6 +31,7 @@ __all__ = [
     "latency_plot",
     "metric_vs_param_plot",
     "pareto_plot",
+    "per_gpu_per_user_informative",
     "per_gpu_per_user_plot",
     "save_png",
 ]

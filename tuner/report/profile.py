@@ -73,8 +73,14 @@ def _drop_address(flags: Sequence[str]) -> tuple[str, ...]:
 def _gpu_line(profile: Profile) -> str:
     if not profile.gpu_names:
         return "GPUs: not recorded"
-    counts = Counter(profile.gpu_names)
+    used = profile.launch_gpus or len(profile.gpu_names)
+    names_used = profile.gpu_names[:used] if used <= len(profile.gpu_names) else profile.gpu_names
+    counts = Counter(names_used)
+    if used > len(profile.gpu_names) and len(counts) == 1:  # more GPUs than this host recorded (nodes)
+        counts = Counter({profile.gpu_names[0]: used})
     names = ", ".join(f"{n} x {name}" for name, n in counts.items())
+    if used < len(profile.gpu_names):
+        names += f" (the launch's {used} of the {len(profile.gpu_names)} GPUs it saw)"
     driver = f" (driver {profile.driver})" if profile.driver else ""
     visible = f", CUDA_VISIBLE_DEVICES={','.join(map(str, profile.gpus))}" if profile.gpus else ""
     return f"GPUs: {names}{driver}{visible}"
@@ -100,7 +106,12 @@ def provenance(profile: Profile) -> list[str]:
     ]
     headline = [METRICS[name] for name in HEADLINE]
     measured = [f"{m.title} {m.show(v)}" for m in headline if (v := profile.measured.get(m.name)) is not None]
-    lines.append("measured: " + ("; ".join(measured) if measured else "nothing (the trial did not run)"))
+    over = f" (median of {profile.runs} runs)" if profile.runs > 1 else ""
+    lines.append(
+        f"measured{over}: " + ("; ".join(measured) if measured else "nothing (the trial did not run)")
+    )
+    if profile.warning:
+        lines.append(f"WARNING: {profile.warning}")
     if profile.n_confirm:
         failed = (
             f"; {len(profile.failed_confirms)} failed: {', '.join(profile.failed_confirms)}"
@@ -274,6 +285,9 @@ def profile_dict(profile: Profile, table: OptionTable | None = None) -> dict[str
         "host": profile.host,
         "port": profile.port,
         "metrics": profile.measured,
+        "metrics_runs": profile.runs,
+        "launch_gpus": profile.launch_gpus,
+        "warning": profile.warning or None,
         "confirmations": {
             "repeats": profile.n_confirm,
             "failed": list(profile.failed_confirms),

@@ -7,6 +7,7 @@ import re
 import statistics
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -18,16 +19,16 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.errors import ReportError
+from tuner.host import host_name, pid_alive
 from tuner.metrics import METRICS, Source
 from tuner.report.context import defines_slo
 from tuner.report.frame import (
     StudyData,
     load_study_data,
-    measurements,
-    median_measurements,
-    param_legend,
+    trial_figures,
     trials_frame,
 )
+from tuner.report.knobs import param_legend
 from tuner.report.pareto import pareto_front
 from tuner.store.capacity import latest_by_row
 from tuner.store.capacity import load as load_capacity
@@ -78,6 +79,7 @@ def status_table(data: StudyData, front: Sequence[int], *, has_slo: bool = False
     asks = {a.number: a for a in classify(data.trials, data.rows)}
     metrics = _metric_columns(data)
     shown = [r for r in frame.to_dict("records") if _in_table(asks.get(int(r["trial"])))]
+    dead = dead_trials(data)
     title = f"study {data.name}: {len(shown)} of {len(frame)} asks shown (launches, reused, running)"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
     table.add_column("#", justify="right", no_wrap=True, min_width=3)
@@ -89,18 +91,24 @@ def status_table(data: StudyData, front: Sequence[int], *, has_slo: bool = False
         number = int(rec["trial"])
         ask = asks.get(number)
         values, spread = _with_repeats(data, number, rec)
+        label, style = _status_label(ask, rec, has_slo)
         if ask is not None and ask.fate in (Fate.FAILED, Fate.RETRIED):
             values = _without_benchmark(values)  # a failed launch's benchmark measured nothing to trust
-        label, style = _status_label(ask, rec, has_slo)
         reused = f"same launch as #{int(rec['reused_from'])}" if _present(rec["reused_from"]) else ""
-        message = str(rec["failure_message"]) if _present(rec["failure_message"]) else ""
+        message = str(rec["why"]) if _present(rec["why"]) else ""
+        if ask is not None and ask.fate is Fate.RUNNING and number in dead:
+            label, style, message = "dead", "red", dead[number]
         table.add_row(
             f"{number}{'*' if rec['pareto'] else ''}",
             f"[{style}]{label}[/{style}]",
             *(_num(values.get(name)) for name in metrics),
-            _knobs_and_why(str(rec["knobs"]), spread or reused or _first_line(message)),
+            _knobs_and_why(str(rec["knobs"]), _joined(spread, reused, _first_line(message))),
         )
     return table
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _first_line(message: str, limit: int = 200) -> str:
@@ -153,8 +161,11 @@ def print_status(
     if legend:
         console.print(f"[dim]knobs: {legend}[/dim]")
     asks = classify(data.trials, data.rows)
-    for line in tally_lines(tally(asks), has_slo=has_slo):
+    counts, dead = tally(asks), dead_trials(data)
+    for line in tally_lines(replace(counts, running=counts.running - len(dead)), has_slo=has_slo):
         console.print(line)
+    if dead:
+        console.print(f"{len(dead)} dead: their worker on this host is gone (the next run retries them)")
     for line in pruned_lines(asks):
         console.print(line)
     for line in noisy_lines(asks):
@@ -205,12 +216,35 @@ def capacity_lines(data: StudyData) -> list[str]:
     return [f"capacity under SLO: {record.line()}" for record in latest.values()]
 
 
+def dead_trials(data: StudyData, host: str | None = None) -> dict[int, str]:
+    """The RUNNING trials whose worker ran on this host and whose pid is gone: dead, not running
+    (the next `run` on this host fails and retries them). Other hosts' trials are left to their
+    heartbeat: a pid means nothing here."""
+    here = host or host_name()
+    out = {}
+    for t in data.trials:
+        a = t.user_attrs
+        if t.state is not TrialState.RUNNING or a.get("host") != here or not isinstance(a.get("pid"), int):
+            continue
+        if a["pid"] != os.getpid() and not pid_alive(a["pid"]):
+            out[t.number] = (
+                f"its worker (pid {a['pid']} on {here}) is gone: the tuner died during this trial; "
+                "run the same command again to retry it"
+            )
+    return out
+
+
 def running_lines(data: StudyData, now: datetime | None = None) -> list[str]:
-    """One line per trial running now (several with `run --parallel`): its worker, GPUs and age."""
+    """One line per trial running now (several with `run --parallel`): its worker, GPUs and age; a
+    trial whose worker on this host is gone is said to be dead."""
     now = now or datetime.now()
+    dead = dead_trials(data)
     lines = []
     for t in data.trials:
         if t.state is not TrialState.RUNNING:
+            continue
+        if t.number in dead:
+            lines.append(f"dead: trial {t.number}: {dead[t.number]}")
             continue
         a = t.user_attrs
         gpus = a.get("gpus")
@@ -245,15 +279,12 @@ def search_summary(data: StudyData) -> str:
 
 
 def _with_repeats(data: StudyData, number: int, rec: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """A trial's values, as medians when it was re-measured, and its throughput spread."""
+    """A trial's values as every view shows them (tuner.report.figures) and, re-measured, their spread."""
     row = data.row_of(number)
-    repeats = [r for r in data.rows if row is not None and r.confirm_of == row.id and r.outcome.measured]
-    if row is None or not repeats:
+    if row is None:
         return rec, ""
-    runs = [measurements(r) for r in (row, *repeats) if r.outcome.measured]
-    tput = [v for m in runs if (v := m.get("output_throughput")) is not None]
-    spread = f"median of {len(runs)} runs; out tok/s {min(tput):,.1f}–{max(tput):,.1f}" if tput else ""
-    return median_measurements(data, row), spread
+    figures = trial_figures(data, row)
+    return {**rec, **figures.values}, figures.spread()
 
 
 def _without_benchmark(values: dict[str, Any]) -> dict[str, Any]:

@@ -56,18 +56,70 @@ class CapacityRecord:
     def unit(self) -> str:
         return "req/s" if self.knob == "request_rate" else "concurrent requests"
 
+    def bound(self) -> str:
+        """What set the limit: the reasons the lowest failing load above the capacity failed
+        ("ttft_p99_ms<=2000 (ttft_p99_ms=2,310.0 ...)", "the served-rate rule ...", "failed requests"),
+        or that no load failed. Records written before limits were stored are read from their text."""
+        above = [
+            p
+            for p in self.points
+            if not p.get("passed") and (self.capacity is None or p["load"] > self.capacity)
+        ]
+        if not above:
+            return "nothing: no load measured failed (the search stopped at its highest load or its budget)"
+        first = min(above, key=lambda p: p["load"])
+        limits = [str(x) for x in first.get("limits") or _limits_from_text(str(first.get("why") or ""))]
+        words = [
+            f"SLO {x.removeprefix('slo:')}" if x.startswith("slo:") else _LIMIT_WORDS.get(x, x)
+            for x in limits
+        ]
+        what = " and ".join(words) or "an unknown limit"
+        return f"{what} at {first['load']:g} {self.unit} ({first.get('why') or '-'})"
+
     def line(self) -> str:
-        """`#13: 4.2 req/s within ttft_p99_ms<=2000 (7 loads measured, 11 runs)`."""
+        """`#13: 4.2 req/s within ttft_p99_ms<=2000, bound by ... (7 loads measured, 11 runs)`."""
         who = f"#{self.trial_number}" if self.trial_number is not None else f"row {self.row_id}"
         runs = sum(int(p.get("runs", 1)) for p in self.points)
         found = f"{self.capacity:g} {self.unit}" if self.capacity is not None else "no load met the SLOs"
         if self.capacity is not None and all(p.get("passed") for p in self.points):
             found = f"at least {found} (no load measured failed)"
         if self.outcome != "ok":
-            found = f"not measured ({self.outcome}: {self.message or ''})"
+            return (
+                f"{who}: not measured ({self.outcome}: {self.message or ''}) within {', '.join(self.slos)} "
+                f"({len(self.points)} loads measured, {runs} runs)"
+            )
+        bound = "" if all(p.get("passed") for p in self.points) else f"; bound by {self.bound()}"
         return (
-            f"{who}: {found} within {', '.join(self.slos)} ({len(self.points)} loads measured, {runs} runs)"
+            f"{who}: {found} within {', '.join(self.slos)}{bound} "
+            f"({len(self.points)} loads measured, {runs} runs)"
         )
+
+
+_LIMIT_WORDS = {
+    "served_rate": "the served-rate rule (under 90% of the offered rate served)",
+    "failed_requests": "failed requests",
+    "died": "the server dying under load",
+    "no_request": "no request completing",
+}
+
+
+def _limits_from_text(why: str) -> list[str]:
+    """The limits of a point recorded before they were stored, from its `why` text."""
+    out = []
+    for part in (p.strip() for p in why.split(";") if p.strip()):
+        if part.startswith("served "):
+            out.append("served_rate")
+        elif part.endswith("failed requests"):
+            out.append("failed_requests")
+        elif part.startswith("the server died"):
+            out.append("died")
+        elif part == "no request completed":
+            out.append("no_request")
+        elif "(want " in part:
+            metric, _, rest = part.partition("=")
+            op_bound = rest.partition("(want ")[2].rstrip(")")
+            out.append(f"slo:{metric}{op_bound.replace(' ', '')}")
+    return out
 
 
 def save(url: str, record: CapacityRecord) -> int:
