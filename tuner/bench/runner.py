@@ -41,6 +41,29 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# A measured window shorter than this is noise, not a measurement: the ramp at T0 and the drain
+# before T1 (about one request latency each) and the host's scheduling jitter are a large share of
+# it. Two identical configurations measured over 0.3-0.6 s on real SGLang differed by 35%.
+MIN_WINDOW_S = 2.0
+MIN_WINDOW_LATENCIES = 10.0  # the window in median request latencies: edges ≤ ~2/10 of it
+
+
+def short_window(result: BenchResult) -> str | None:
+    """`noisy: ...` when the objective load point's window was too short to measure; None when not."""
+    metrics = result.objective_metrics
+    if metrics is None or not metrics.completed:
+        return None
+    window = metrics.duration_s
+    e2e_s = metrics.e2e.median_ms / 1000.0 if metrics.e2e.count else 0.0
+    needed = max(MIN_WINDOW_S, MIN_WINDOW_LATENCIES * e2e_s)
+    if window >= needed:
+        return None
+    return (
+        f"noisy: the benchmark window was {window:.2f} s, shorter than the {needed:.1f} s it takes to "
+        f"measure (at least {MIN_WINDOW_S:.0f} s and {MIN_WINDOW_LATENCIES:.0f} median request latencies "
+        f"of {1000 * e2e_s:.0f} ms): raise num_prompts"
+    )
+
 
 async def fetch_model(client: httpx.AsyncClient) -> str:
     """The served model name: the first id of GET /v1/models."""
