@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from time import perf_counter, process_time
 from typing import TypeVar
 
@@ -76,6 +78,30 @@ async def fetch_model(client: httpx.AsyncClient) -> str:
         raise BenchmarkError(f"cannot read the model name from {where}/v1/models: {exc}") from exc
 
 
+async def served_vocab_size(client: httpx.AsyncClient) -> int | None:
+    """The served model's vocabulary size: `vocab_size` of the config.json in the model directory
+    /model_info names (the tuner runs beside the server); None where that is not a readable folder."""
+    try:
+        resp = await client.get("/model_info")
+        path = resp.json().get("model_path") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return vocab_size_of(Path(path)) if isinstance(path, str) and path else None
+
+
+def vocab_size_of(model_dir: Path) -> int | None:
+    """`vocab_size` of a model folder's config.json (or of its text_config, for multimodal models)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for holder in (config, config.get("text_config") or {}, config.get("llm_config") or {}):
+        value = holder.get("vocab_size") if isinstance(holder, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 async def flush_cache(client: httpx.AsyncClient) -> bool:
     """POST /flush_cache; True on 200. 400 (busy) and 404 (no such endpoint) are tolerated."""
     try:
@@ -113,9 +139,6 @@ async def run_benchmark(
         raise BenchmarkError("benchmark settings have no load point")
     wl = settings.workload
     rows = load_dataset(wl) if wl.kind is not WorkloadKind.RANDOM else None
-    plans = [
-        build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows) for i, p in enumerate(settings.load_points)
-    ]
     t_stage = perf_counter()
     stage = Stage(settings.timeouts, server_died, stop)
     probe = LoopLagProbe(settings.self_check)
@@ -135,6 +158,11 @@ async def run_benchmark(
             try:
                 if not name:
                     name = await stage.race(fetch_model(http.control))
+                vocab = await stage.race(served_vocab_size(http.control)) if rows is None else None
+                plans = [
+                    build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows, vocab_size=vocab)
+                    for i, p in enumerate(settings.load_points)
+                ]
                 sender = RequestSender(http, api=wl.api, model=name)
                 for i, (point, specs) in enumerate(zip(settings.load_points, plans, strict=True)):
                     result = await _run_point(
