@@ -42,11 +42,30 @@ from real_sglang_space import gpu_used_mib, sglang_pids, sglang_version, write_m
 
 INPUT_LEN, OUTPUT_LEN, CONCURRENCY, PROMPTS = 512, 128, 16, 160
 TOLERANCE = 0.02
-METRICS = (("output_throughput", "output_throughput"), ("ttft_median_ms", "median_ttft_ms"),
-           ("tpot_median_ms", "median_tpot_ms"))
-SERVER_FLAGS = ("--load-format", "dummy", "--attention-backend", "triton", "--sampling-backend", "pytorch",
-                "--grammar-backend", "none", "--dtype", "bfloat16", "--mem-fraction-static", "0.85",
-                "--cuda-graph-max-bs-decode", "32", "--disable-prefill-cuda-graph", "--log-level", "info")
+METRICS = (
+    ("output_throughput", "output_throughput"),
+    ("ttft_median_ms", "median_ttft_ms"),
+    ("tpot_median_ms", "median_tpot_ms"),
+)
+SERVER_FLAGS = (
+    "--load-format",
+    "dummy",
+    "--attention-backend",
+    "triton",
+    "--sampling-backend",
+    "pytorch",
+    "--grammar-backend",
+    "none",
+    "--dtype",
+    "bfloat16",
+    "--mem-fraction-static",
+    "0.85",
+    "--cuda-graph-max-bs-decode",
+    "32",
+    "--disable-prefill-cuda-graph",
+    "--log-level",
+    "info",
+)
 # bench_serving imports these at module load for datasets this comparison does not use (MMMU, images,
 # tables); where one is not installed it gets a stand-in that fails only if it is used
 OPTIONAL_IMPORTS = ("datasets", "PIL", "tabulate")
@@ -71,8 +90,18 @@ def start_server(model: Path, port: int, log: Any) -> Any:
     """SGLang in its own session (the tuner's ProcessGroup), its output into `log`."""
     from tuner.sglang.process import ProcessGroup
 
-    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), *SERVER_FLAGS,
-            "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        *SERVER_FLAGS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     return ProcessGroup(argv, env=dict(os.environ), on_line=lambda line: log.write(line + "\n"))
 
 
@@ -96,35 +125,78 @@ def tuner_bench(url: str) -> dict[str, float]:
     from tuner.bench.runner import benchmark
     from tuner.bench.settings import BenchSettings
 
-    settings = BenchSettings.model_validate({
-        "workload": {"kind": "random", "input_len": INPUT_LEN, "output_len": OUTPUT_LEN, "range_ratio": 1.0,
-                     "api": "completions", "seed": 7},
-        "load_points": [{"concurrency": CONCURRENCY, "num_prompts": PROMPTS}],
-        "warmup_requests": CONCURRENCY,
-        "flush_cache": True,
-    })
+    settings = BenchSettings.model_validate(
+        {
+            "workload": {
+                "kind": "random",
+                "input_len": INPUT_LEN,
+                "output_len": OUTPUT_LEN,
+                "range_ratio": 1.0,
+                "api": "completions",
+                "seed": 7,
+            },
+            "load_points": [{"concurrency": CONCURRENCY, "num_prompts": PROMPTS}],
+            "warmup_requests": CONCURRENCY,
+            "flush_cache": True,
+        }
+    )
     result = benchmark(url, settings)
     m = result.objective_metrics
     assert m is not None and m.completed == PROMPTS, f"tuner benchmark: {m}"
-    return {"output_throughput": m.output_throughput, "ttft_median_ms": m.ttft.median_ms,
-            "tpot_median_ms": m.tpot.median_ms, "duration_s": m.duration_s, "completed": m.completed}
+    return {
+        "output_throughput": m.output_throughput,
+        "ttft_median_ms": m.ttft.median_ms,
+        "tpot_median_ms": m.tpot.median_ms,
+        "duration_s": m.duration_s,
+        "completed": m.completed,
+    }
 
 
 def bench_serving(url: str, model: Path, out: Path, index: int) -> dict[str, float]:
     path = out / f"bench_serving-{index}.jsonl"
-    argv = [sys.executable, "-c", BENCH_SERVING, "--backend", "sglang-oai", "--base-url", url,
-            "--model", str(model), "--tokenizer", str(model), "--dataset-name", "random-ids", "--tokenize-prompt",
-            "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN),
-            "--random-range-ratio", "1.0", "--num-prompts", str(PROMPTS), "--max-concurrency", str(CONCURRENCY),
-            "--warmup-requests", str(CONCURRENCY), "--flush-cache", "--seed", str(7 + index),
-            "--disable-tqdm", "--output-file", str(path)]
+    argv = [
+        sys.executable,
+        "-c",
+        BENCH_SERVING,
+        "--backend",
+        "sglang-oai",
+        "--base-url",
+        url,
+        "--model",
+        str(model),
+        "--tokenizer",
+        str(model),
+        "--dataset-name",
+        "random-ids",
+        "--tokenize-prompt",
+        "--random-input-len",
+        str(INPUT_LEN),
+        "--random-output-len",
+        str(OUTPUT_LEN),
+        "--random-range-ratio",
+        "1.0",
+        "--num-prompts",
+        str(PROMPTS),
+        "--max-concurrency",
+        str(CONCURRENCY),
+        "--warmup-requests",
+        str(CONCURRENCY),
+        "--flush-cache",
+        "--seed",
+        str(7 + index),
+        "--disable-tqdm",
+        "--output-file",
+        str(path),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     (out / f"bench_serving-{index}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0 or not path.exists():
         raise SystemExit(f"bench_serving failed (rc {done.returncode}): {done.stderr[-800:]}")
     row = json.loads(path.read_text().strip().splitlines()[-1])
-    return {name: float(row[key]) for name, key in METRICS} | {"duration_s": float(row.get("duration", 0)),
-                                                               "completed": row.get("completed")}
+    return {name: float(row[key]) for name, key in METRICS} | {
+        "duration_s": float(row.get("duration", 0)),
+        "completed": row.get("completed"),
+    }
 
 
 def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[str, Any]:
@@ -149,17 +221,32 @@ def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[st
         report = group.stop(sigint_grace_s=10.0, sigterm_grace_s=10.0)
         log.close()
     after, _ = gpu_used_mib()
-    medians = {who: {name: statistics.median(x[name] for x in rows) for name, _ in METRICS}
-               for who, rows in runs.items()}
+    medians = {
+        who: {name: statistics.median(x[name] for x in rows) for name, _ in METRICS}
+        for who, rows in runs.items()
+    }
     diffs = {name: medians["tuner"][name] / medians["bench_serving"][name] - 1 for name, _ in METRICS}
     result = {
-        "sglang": sglang_version(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "gpu_total_mib": total, "workload": {"input_len": INPUT_LEN, "output_len": OUTPUT_LEN,
-                                             "concurrency": CONCURRENCY, "num_prompts": PROMPTS},
-        "server_flags": SERVER_FLAGS, "ready_s": ready_s, "rounds": rounds, "runs": runs, "medians": medians,
-        "diff": diffs, "within": {k: abs(v) <= TOLERANCE for k, v in diffs.items()},
-        "teardown_signals": list(report.signals_sent), "gpu_used_before_mib": baseline,
-        "gpu_used_after_mib": after, "sglang_left": sglang_pids(),
+        "sglang": sglang_version(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "gpu_total_mib": total,
+        "workload": {
+            "input_len": INPUT_LEN,
+            "output_len": OUTPUT_LEN,
+            "concurrency": CONCURRENCY,
+            "num_prompts": PROMPTS,
+        },
+        "server_flags": SERVER_FLAGS,
+        "ready_s": ready_s,
+        "rounds": rounds,
+        "runs": runs,
+        "medians": medians,
+        "diff": diffs,
+        "within": {k: abs(v) <= TOLERANCE for k, v in diffs.items()},
+        "teardown_signals": list(report.signals_sent),
+        "gpu_used_before_mib": baseline,
+        "gpu_used_after_mib": after,
+        "sglang_left": sglang_pids(),
     }
     (out / "bench.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -183,44 +270,80 @@ def cmd_all(tokenizer: Path, out: Path, rounds: int, *, tests: str | None, bench
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "benchmarks"), env.get("PYTHONPATH", "")])
         select = ["-k", tests] if tests else []
         with (out / "pytest.log").open("a") as log:
-            done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-s", "-m", "gpu", "-p", "no:cacheprovider",
-                                   "-o", "timeout=1200",  # a launch of an 8B model is a minute, not 120 s
-                                   *select, str(REPO / "tests" / "gpu" / "test_real_sglang.py")],
-                                  env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=1800)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-v",
+                    "-s",
+                    "-m",
+                    "gpu",
+                    "-p",
+                    "no:cacheprovider",
+                    "-o",
+                    "timeout=1200",  # a launch of an 8B model is a minute, not 120 s
+                    *select,
+                    str(REPO / "tests" / "gpu" / "test_real_sglang.py"),
+                ],
+                env=env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=1800,
+            )
         ok = ok and done.returncode == 0
     write_report(out)
     print((out / "report.md").read_text())
     return 0 if ok else 1
 
 
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 def write_report(out: Path) -> None:
     lines = [f"# Real SGLang on one GPU ({datetime.now(timezone.utc):%Y-%m-%d})", ""]
-    trials = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()] \
-        if (out / "trials.jsonl").exists() else []
+    trials = (
+        [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+        if (out / "trials.jsonl").exists()
+        else []
+    )
     if trials:
-        lines += ["| check | launch | outcome | stage | KV tokens | free VRAM MiB | teardown s | GPU back | note |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| check | launch | outcome | stage | KV tokens | free VRAM MiB | teardown s | GPU back | note |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for t in trials:
             lines.append(
                 f"| {t['check']} | {t.get('knobs', '')} | {t.get('outcome')} | {t.get('stage') or '-'} | "
                 f"{t.get('kv_tokens') or '-'} | {t.get('min_free_mib') or '-'} | "
-                f"{t.get('teardown_s') if t.get('teardown_s') is not None else '-'} | {t.get('gpu_back', '-')} | "
-                f"{(t.get('note') or '')[:160]} |")
+                f"{_dash(t.get('teardown_s'))} | {t.get('gpu_back', '-')} | "
+                f"{(t.get('note') or '')[:160]} |"
+            )
         lines.append("")
     bench_path = out / "bench.json"
     if bench_path.exists():
         b = json.loads(bench_path.read_text())
-        lines += [f"SGLang {b['sglang']}, {b['date']}; workload {b['workload']}; server {' '.join(b['server_flags'])}",
-                  "", f"| metric (median of {b['rounds']}) | tuner | bench_serving | diff | within 2% |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            f"SGLang {b['sglang']}, {b['date']}; workload {b['workload']}; "
+            f"server {' '.join(b['server_flags'])}",
+            "",
+            f"| metric (median of {b['rounds']}) | tuner | bench_serving | diff | within 2% |",
+            "|---|---|---|---|---|",
+        ]
         for name, _ in METRICS:
             t, s = b["medians"]["tuner"][name], b["medians"]["bench_serving"][name]
-            lines.append(f"| {name} | {t:.2f} | {s:.2f} | {100 * b['diff'][name]:+.2f}% | {b['within'][name]} |")
+            lines.append(
+                f"| {name} | {t:.2f} | {s:.2f} | {100 * b['diff'][name]:+.2f}% | {b['within'][name]} |"
+            )
         for who in ("tuner", "bench_serving"):
             each = "; ".join(", ".join(f"{r[n]:.1f}" for n, _ in METRICS) for r in b["runs"][who])
             lines.append(f"\n{who} runs (output tok/s, TTFT ms, TPOT ms): {each}")
-        lines.append(f"\nteardown {b['teardown_signals']}; GPU used {b['gpu_used_before_mib']} -> "
-                     f"{b['gpu_used_after_mib']} MiB; SGLang processes left: {b['sglang_left'] or 'none'}")
+        lines.append(
+            f"\nteardown {b['teardown_signals']}; GPU used {b['gpu_used_before_mib']} -> "
+            f"{b['gpu_used_after_mib']} MiB; SGLang processes left: {b['sglang_left'] or 'none'}"
+        )
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
@@ -237,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("all", "bench"):
             p.add_argument("--rounds", type=int, default=3)
         if name == "all":
-            p.add_argument("--tests", default=None, help="a pytest -k expression of the GPU checks ('' for none)")
+            p.add_argument(
+                "--tests", default=None, help="a pytest -k expression of the GPU checks ('' for none)"
+            )
             p.add_argument("--no-bench", action="store_true", help="the GPU checks only")
     args = ap.parse_args(argv)
     if args.cmd == "model":

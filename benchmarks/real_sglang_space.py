@@ -73,7 +73,9 @@ def _special_ids(tokenizer_dir: Path) -> dict[str, int]:
     if not config.exists():
         return {}
     data = json.loads(config.read_text())
-    return {k: data[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if isinstance(data.get(k), int)}
+    return {
+        k: data[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if isinstance(data.get(k), int)
+    }
 
 
 def space(model: Path, run_dir: Path, *, name: str, baselines: list[dict[str, Any]], trials: int = 1) -> Path:
@@ -98,25 +100,44 @@ def space(model: Path, run_dir: Path, *, name: str, baselines: list[dict[str, An
         "params": [
             {"name": "mem-fraction-static", "kind": "float", "low": 0.01, "high": 1.0, "step": 0.005},
             {"name": "cuda_graph", "kind": "cuda_graph", "choices": ["off", 8, 16, 512]},
-            {"name": "attention-backend", "kind": "categorical", "choices": ["triton", "torch_native", "fa3"]},
+            {
+                "name": "attention-backend",
+                "kind": "categorical",
+                "choices": ["triton", "torch_native", "fa3"],
+            },
         ],
         "baselines": baselines,
         "gate": {  # random weights: no known answers, so greedy agreement within the study
             "prompts": [],
-            "reference": {"enabled": True, "source": "first", "tokens": 16,
-                          "prompts": ["def fibonacci(n):", "Once upon a time, in a small village by the sea,"]},
+            "reference": {
+                "enabled": True,
+                "source": "first",
+                "tokens": 16,
+                "prompts": ["def fibonacci(n):", "Once upon a time, in a small village by the sea,"],
+            },
             "timeout": "120s",
         },
         "bench": {
-            "workload": {"kind": "random", "input_len": 256, "output_len": 64, "api": "completions", "seed": 1},
+            "workload": {
+                "kind": "random",
+                "input_len": 256,
+                "output_len": 64,
+                "api": "completions",
+                "seed": 1,
+            },
             "load_points": [{"concurrency": 16, "num_prompts": 96}],
         },
         "objectives": ["output_throughput", "kv_tokens"],
         "constraints": ["min_free_vram_mib >= 1024"],
         "budget": {"n_trials": trials, "timeout": "20m"},
         "search": {"finalists": {"count": 0}},
-        "timeouts": {"startup": "300s", "idle_log": "180s", "sigint_grace": "10s", "sigterm_grace": "10s",
-                     "release": "90s"},
+        "timeouts": {
+            "startup": "300s",
+            "idle_log": "180s",
+            "sigint_grace": "10s",
+            "sigterm_grace": "10s",
+            "release": "90s",
+        },
         "sampler": {"kind": "structured", "seed": 1},
         "log_dir": str(run_dir),
     }
@@ -151,9 +172,16 @@ def sglang_pids() -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            cmd = (Path("/proc") / entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmd = (
+                (Path("/proc") / entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
         except OSError:
             continue
-        if "sglang.launch_server" in cmd or cmd.startswith("sglang::") or " serve " in cmd and "sglang" in cmd:
+        if (
+            "sglang.launch_server" in cmd
+            or cmd.startswith("sglang::")
+            or " serve " in cmd
+            and "sglang" in cmd
+        ):
             found.append(int(entry))
     return found

@@ -204,7 +204,8 @@ class _TrialRun:
         self.effective = effective
         try:
             spec = self.spec
-            ran = render_launch(effective, self.ctx.space, self.ctx.engine, port=spec.port, log_path=spec.log_path)
+            ctx = self.ctx
+            ran = render_launch(effective, ctx.space, ctx.engine, port=spec.port, log_path=spec.log_path)
             self.effective_key = ran.key
         except FlagError as exc:  # what ran has no flags of its own in this release: keyed as asked
             log.info("%s: the effective launch has no rendering (%s)", self.label, exc)

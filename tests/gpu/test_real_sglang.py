@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from real_sglang_space import GIB, gpu_used_mib, sglang_pids, space
 
 pytestmark = pytest.mark.gpu
@@ -34,9 +33,12 @@ BACK_MIB = 512  # what may stay above the pre-launch reading once a server is go
 @pytest.fixture(scope="module")
 def model() -> Path:
     if not MODEL:
-        pytest.skip("TUNER_REAL_MODEL is not set (an 8B-class model folder; see benchmarks/gpu_real_sglang.py)")
+        pytest.skip(
+            "TUNER_REAL_MODEL is not set (an 8B-class model folder; see benchmarks/gpu_real_sglang.py)"
+        )
     try:
         import sglang  # noqa: F401
+
         gpu_used_mib()
     except Exception as exc:  # no SGLang or no NVML here
         pytest.skip(f"needs SGLang and an NVIDIA GPU: {exc}")
@@ -51,8 +53,9 @@ def baseline() -> Iterator[int]:
 
 
 def tuner(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def one_trial(model: Path, tmp: Path, name: str, knobs: dict[str, Any]) -> dict[str, Any]:
@@ -102,17 +105,27 @@ def _knobs(config: dict[str, Any]) -> str:
 
 def test_a_low_fraction_is_sglang_s_not_enough_memory(model: Path, tmp_path: Path, baseline: int) -> None:
     """0.08 of an H200 (~11 GiB) cannot hold ~15 GiB of weights and a KV pool: SGLang says so itself."""
-    result = one_trial(model, tmp_path, "nem", {"mem-fraction-static": 0.08, "cuda_graph": "off",
-                                               "attention-backend": "triton"})
+    result = one_trial(
+        model,
+        tmp_path,
+        "nem",
+        {"mem-fraction-static": 0.08, "cuda_graph": "off", "attention-backend": "triton"},
+    )
     row = record("not enough memory", result, baseline)
     assert result["outcome"] == "not_enough_memory", result["failure"]
     assert row["gpu_back"]
 
 
-def test_a_high_fraction_with_large_graphs_is_a_capture_oom(model: Path, tmp_path: Path, baseline: int) -> None:
+def test_a_high_fraction_with_large_graphs_is_a_capture_oom(
+    model: Path, tmp_path: Path, baseline: int
+) -> None:
     """0.995 leaves ~0.7 GiB beside the KV pool: capturing decode graphs up to 512 runs out there."""
-    result = one_trial(model, tmp_path, "oom", {"mem-fraction-static": 0.995, "cuda_graph": 512,
-                                               "attention-backend": "triton"})
+    result = one_trial(
+        model,
+        tmp_path,
+        "oom",
+        {"mem-fraction-static": 0.995, "cuda_graph": 512, "attention-backend": "triton"},
+    )
     row = record("capture OOM", result, baseline)
     assert result["outcome"] == "oom", result["failure"]
     assert row["stage"] in ("capture", "kv", "load", "warmup"), row
@@ -125,11 +138,13 @@ def test_a_backend_whose_kernels_are_not_installed_is_unsupported(
     """fa3's library (sgl_kernel flash_ops) is not in the site: the backend cannot run here."""
     try:
         from sgl_kernel import flash_ops  # noqa: F401
+
         pytest.skip("fa3's kernels are installed here: no unsupported backend to check")
     except ImportError:
         pass
-    result = one_trial(model, tmp_path, "fa3", {"mem-fraction-static": 0.85, "cuda_graph": 8,
-                                               "attention-backend": "fa3"})
+    result = one_trial(
+        model, tmp_path, "fa3", {"mem-fraction-static": 0.85, "cuda_graph": 8, "attention-backend": "fa3"}
+    )
     row = record("unsupported backend", result, baseline)
     assert result["outcome"] == "unsupported", result["failure"]
     assert row["gpu_back"]
@@ -139,14 +154,22 @@ def test_kill_9_of_the_tuner_mid_trial_then_resume(model: Path, tmp_path: Path, 
     """The tuner is killed while its server holds the weights; the resumed run stops that orphan, gets
     the memory back, and measures; torch_native's graphs are stored as SGLang ran them (off)."""
     run_dir = tmp_path / "run"
-    path = space(model, run_dir, name="resume", trials=2, baselines=[
-        {"mem-fraction-static": 0.85, "cuda_graph": 8, "attention-backend": "torch_native"},
-        {"mem-fraction-static": 0.85, "cuda_graph": 8, "attention-backend": "triton"},
-    ])
+    path = space(
+        model,
+        run_dir,
+        name="resume",
+        trials=2,
+        baselines=[
+            {"mem-fraction-static": 0.85, "cuda_graph": 8, "attention-backend": "torch_native"},
+            {"mem-fraction-static": 0.85, "cuda_graph": 8, "attention-backend": "triton"},
+        ],
+    )
     db = tmp_path / "study.db"
     args = [sys.executable, "-m", "tuner", "run", "--space", str(path), "--db", str(db), "--plain"]
     with (tmp_path / "first.log").open("w") as log:
-        first = subprocess.Popen(args, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        first = subprocess.Popen(
+            args, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         held = _wait_for_weights(run_dir, baseline, first, timeout_s=300)
         first.send_signal(signal.SIGKILL)  # the tuner only: its server lives on in its own session
         first.wait(30)
@@ -162,17 +185,28 @@ def test_kill_9_of_the_tuner_mid_trial_then_resume(model: Path, tmp_path: Path, 
     back = used_after <= baseline + BACK_MIB and not sglang_pids()
     trials = _trials(db)
     for t in trials:
-        row = record(f"resume #{t['number']}", _as_result(t), baseline,
-                     note=f"{t['attrs'].get('warning') or t['attrs'].get('failure_message') or ''}")
+        row = record(
+            f"resume #{t['number']}",
+            _as_result(t),
+            baseline,
+            note=f"{t['attrs'].get('warning') or t['attrs'].get('failure_message') or ''}",
+        )
         row.update(gpu_back=back)
-    record("kill -9 orphan", {"outcome": "orphan stopped" if back else "orphan LEFT"}, baseline,
-           note=f"orphan held {used_orphan - baseline} MiB ({len(orphans)} processes); resumed run "
-                f"{time.monotonic() - t0:.0f} s, rc {resumed.returncode}")
+    record(
+        "kill -9 orphan",
+        {"outcome": "orphan stopped" if back else "orphan LEFT"},
+        baseline,
+        note=f"orphan held {used_orphan - baseline} MiB ({len(orphans)} processes); resumed run "
+        f"{time.monotonic() - t0:.0f} s, rc {resumed.returncode}",
+    )
     assert back, (used_after, baseline, sglang_pids())
     measured = [t for t in trials if t["attrs"].get("outcome") == "ok"]
     assert measured, [t["attrs"].get("failure_message") for t in trials]
-    native = [t for t in trials if t["params"].get("attention-backend") == "torch_native"
-              and t["attrs"].get("outcome") == "ok"]
+    native = [
+        t
+        for t in trials
+        if t["params"].get("attention-backend") == "torch_native" and t["attrs"].get("outcome") == "ok"
+    ]
     for t in native:
         assert t["attrs"].get("effective_graphs") is False, t["attrs"]
         assert "SGLang ran off" in (t["attrs"].get("warning") or "")
@@ -200,8 +234,10 @@ def _trials(db: Path) -> list[dict[str, Any]]:
     storage = f"sqlite:///{db}"
     (summary,) = optuna.get_all_study_summaries(storage)
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
-    return [{"number": t.number, "state": t.state.name, "params": t.params, "attrs": t.user_attrs}
-            for t in study.trials]
+    return [
+        {"number": t.number, "state": t.state.name, "params": t.params, "attrs": t.user_attrs}
+        for t in study.trials
+    ]
 
 
 def _as_result(trial: dict[str, Any]) -> dict[str, Any]:
@@ -211,9 +247,11 @@ def _as_result(trial: dict[str, Any]) -> dict[str, Any]:
         "outcome": a.get("outcome") or trial["state"].lower(),
         "failure": {"stage": a.get("stage"), "message": a.get("failure_message")},
         "server": {"kv_tokens": a.get("kv_tokens")},
-        "config": {"mem_fraction_static": p.get("mem-fraction-static"),
-                   "cuda_graph": {"enabled": graph != "off", "max_bs": graph},
-                   "flags": [["attention-backend", p.get("attention-backend")]]},
+        "config": {
+            "mem_fraction_static": p.get("mem-fraction-static"),
+            "cuda_graph": {"enabled": graph != "off", "max_bs": graph},
+            "flags": [["attention-backend", p.get("attention-backend")]],
+        },
         "min_free_mib": [a.get("min_free_vram_mib")],
         "warnings": [a["warning"]] if a.get("warning") else [],
     }

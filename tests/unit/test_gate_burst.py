@@ -52,13 +52,17 @@ class Generate:
             base = 7 if body["text"].startswith("def") else 3
             ids = [base + i + (50 if batched and i > 2 else 0) for i in range(6)]
             top = [[[-0.01, t, None], [-6.0, t + 1000, None]] for t in ids]
-            return httpx.Response(200, json={"text": "x", "output_ids": ids, "meta_info": {"output_top_logprobs": top}})
+            return httpx.Response(
+                200, json={"text": "x", "output_ids": ids, "meta_info": {"output_top_logprobs": top}}
+            )
         finally:
             self.in_flight -= 1
 
 
 def settings() -> GateSettings:
-    return GateSettings(prompts=(), reference=ReferenceSettings(enabled=True, prompts=PROMPTS, tokens=6), timeout_s=30)
+    return GateSettings(
+        prompts=(), reference=ReferenceSettings(enabled=True, prompts=PROMPTS, tokens=6), timeout_s=30
+    )
 
 
 def gate(server: Generate, **kw: Any) -> Any:
@@ -96,13 +100,19 @@ def test_without_batch_lines_the_client_s_overlap_counts() -> None:
 
 def test_batch_lines_of_real_sglang_give_the_running_requests() -> None:
     lines = [
-        "[2026-12-01 21:47:49] Prefill batch, #new-seq: 3, #new-token: 384, #cached-token: 0, token usage: 0.00, "
-        "#running-req: 1, #queue-req: 0, #pending-token: 0, cuda graph: True, input throughput (token/s): 92511.97",
-        "[2026-12-01 21:47:48] Decode batch, #running-req: 6, #token: 21, token usage: 0.00, cuda graph: True, "
+        "[2026-12-01 21:47:49] Prefill batch, #new-seq: 3, #new-token: 384, #cached-token: 0, "
+        "token usage: 0.00, #running-req: 1, #queue-req: 0, #pending-token: 0, cuda graph: True, "
+        "input throughput (token/s): 92511.97",
+        "[2026-12-01 21:47:48] Decode batch, #running-req: 6, #token: 21, token usage: 0.00, "
+        "cuda graph: True, "
         "gen throughput (token/s): 16.97, #queue-req: 0",
-        "[2026-12-01 21:47:48] INFO:     127.0.0.1:51088 - \"GET /health HTTP/1.1\" 200 OK",
+        '[2026-12-01 21:47:48] INFO:     127.0.0.1:51088 - "GET /health HTTP/1.1" 200 OK',
     ]
-    assert running_requests(lines[:1]) == 4 and running_requests(lines) == 6 and running_requests(lines[2:]) is None
+    assert (
+        running_requests(lines[:1]) == 4
+        and running_requests(lines) == 6
+        and running_requests(lines[2:]) is None
+    )
 
 
 def test_client_overlap_and_the_target() -> None:

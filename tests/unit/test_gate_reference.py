@@ -111,7 +111,8 @@ def test_a_study_s_gate_stage_carries_its_reference_book(tmp_path: Path) -> None
     space = replace(space, gate=gate, log_dir=tmp_path / "run")
     with trial_session(space) as ctx:
         book = ctx.gate.keywords["reference"]  # type: ignore[attr-defined]
-    assert isinstance(book, ReferenceBook) and book.path == tmp_path / "run" / "references" / "tiny-fast-sim-v1.json"
+    assert isinstance(book, ReferenceBook)
+    assert book.path == tmp_path / "run" / "references" / "tiny-fast-sim-v1.json"
     assert not book.may_record  # only the study's own run records its reference
 
 

@@ -1,4 +1,4 @@
-"""What real SGLang 0.5.17 reported on an H200, read the way the tuner reads it (payloads in tests/fixtures)."""
+"""What real SGLang 0.5.17 reported on an H200, read as the tuner reads it (payloads: tests/fixtures)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,21 @@ import json
 from pathlib import Path
 
 from tuner.config import CudaGraph, ServerFacts, TrialConfig
-from tuner.sglang.server import decode_graphs
 from tuner.session import effective_config, effective_note
+from tuner.sglang.server import decode_graphs
 
-INFO = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "real_sglang" / "server_info_0.5.17.json").read_text())
+INFO = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "real_sglang" / "server_info_0.5.17.json").read_text()
+)
 
 
 def test_the_resolved_decode_capture_list_is_read_not_the_asked_maximum() -> None:
-    """0.5.17: `cuda_graph_max_bs_decode` is what was asked; `cuda_graph_config.decode.bs` what was captured."""
+    """0.5.17: `cuda_graph_max_bs_decode` is what was asked; `cuda_graph_config.decode.bs` what ran."""
     assert decode_graphs(INFO["graphs_8"]) == (True, (1, 2, 4, 8))
-    assert decode_graphs(INFO["graphs_off"]) == (False, None)  # the list is there, but the backend is disabled
+    assert decode_graphs(INFO["graphs_off"]) == (
+        False,
+        None,
+    )  # the list is there, but the backend is disabled
     assert decode_graphs(INFO["torch_native_8"]) == (False, None)  # SGLang turned them off on its own
     flat = {"disable_cuda_graph": False, "cuda_graph_bs": [16, 1, 8, 2, 4]}  # releases before 0.5.14
     assert decode_graphs(flat) == (True, (1, 2, 4, 8, 16)) and decode_graphs({}) == (None, None)
@@ -26,7 +31,11 @@ def facts(graphs: bool | None, sizes: tuple[int, ...] | None) -> ServerFacts:
 
 
 def test_the_effective_launch_is_what_sglang_ran() -> None:
-    asked = TrialConfig(mem_fraction_static=0.685, cuda_graph=CudaGraph(max_bs=8), flags=(("attention-backend", "torch_native"),))
+    asked = TrialConfig(
+        mem_fraction_static=0.685,
+        cuda_graph=CudaGraph(max_bs=8),
+        flags=(("attention-backend", "torch_native"),),
+    )
     off = effective_config(asked, facts(*decode_graphs(INFO["torch_native_8"])))
     assert off.cuda_graph == CudaGraph(enabled=False) and off.flags == asked.flags
     note = effective_note(asked, off)

@@ -231,7 +231,10 @@ def token_id_range(vocab_size: int | None) -> tuple[int, int]:
 
 
 def _random_requests(
-    workload: Workload, count: int, rng: np.random.Generator, ids: tuple[int, int] = (TOKEN_ID_LOW, TOKEN_ID_HIGH)
+    workload: Workload,
+    count: int,
+    rng: np.random.Generator,
+    ids: tuple[int, int] = (TOKEN_ID_LOW, TOKEN_ID_HIGH),
 ) -> tuple[RequestSpec, ...]:
     in_lens = random_lengths(workload.input_len, workload.range_ratio, count, rng)
     out_lens = random_lengths(workload.output_len, workload.range_ratio, count, rng)

@@ -37,7 +37,7 @@ def client_overlap(spans: Sequence[tuple[float, float]]) -> int:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BurstLoad:
-    """The concurrency the gate's burst reached: asked, on the client, on the server (None: its log said nothing)."""
+    """The concurrency the gate's burst reached: asked, on the client, on the server (None: not logged)."""
 
     target: int
     client: int

@@ -81,7 +81,8 @@ class ReferenceCheck:
             if not bad:
                 continue
             a = bad[0]
-            gap = "" if a.gap is None else f"; the reference's top-1/top-2 gap there {a.gap:.3f} > {self.near_tie:g}"
+            tie = self.near_tie
+            gap = "" if a.gap is None else f"; the reference's top-1/top-2 gap {a.gap:.3f} > {tie:g}"
             return (
                 f"reference mismatch{where}: {len(bad)} of {len(group)} prompts disagree with {self.source}; "
                 f"{a.prompt[:40]!r} first differs at {a.unit} {a.first_mismatch} of {a.compared} "
@@ -90,7 +91,9 @@ class ReferenceCheck:
         return None
 
 
-def compare(reference: GreedyOutput, output: GreedyOutput, tokens: int, *, near_tie: float = 0.0) -> Agreement:
+def compare(
+    reference: GreedyOutput, output: GreedyOutput, tokens: int, *, near_tie: float = 0.0
+) -> Agreement:
     """Token by token over the first `tokens` positions (by characters when either side lacks ids).
 
     A first difference at a near-tie is agreement up to there: the two tokens are the reference's
@@ -210,7 +213,12 @@ class ReferenceBook:
     """
 
     def __init__(
-        self, settings: ReferenceSettings, run_dir: Path | None, *, study: str | None = None, record: bool = True
+        self,
+        settings: ReferenceSettings,
+        run_dir: Path | None,
+        *,
+        study: str | None = None,
+        record: bool = True,
     ) -> None:
         self.settings = settings
         self.may_record = record
@@ -222,7 +230,8 @@ class ReferenceBook:
             self.path = None
         else:
             self.legacy = Path(run_dir) / "reference.json"
-            self.path = self.legacy if study is None else Path(run_dir) / "references" / f"{_file_name(study)}.json"
+            own = Path(run_dir) / "references" / f"{_file_name(study)}.json" if study is not None else None
+            self.path = own or self.legacy
 
     def _readable(self) -> Path | None:
         if self.path is not None and self.path.exists():
@@ -243,7 +252,8 @@ class ReferenceBook:
         """Make `outputs` the study's reference (source: first, the study's own run only); False when not."""
         if self.settings.source is not ReferenceSource.FIRST or self.path is None or not self.may_record:
             return False
-        write_reference(self.path, outputs, source="the first trial of the study to pass the gate", model=model)
+        source = "the first trial of the study to pass the gate"
+        write_reference(self.path, outputs, source=source, model=model)
         return True
 
 

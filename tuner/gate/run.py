@@ -238,7 +238,7 @@ class _Run:
         self.load: BurstLoad | None = None
 
     async def rounds(self, client: httpx.AsyncClient, nan_lines: Callable[[], Sequence[str]]) -> str | None:
-        """Sequential prompts, the reference, then the burst; a reason when the gate could not start at all."""
+        """Sequential prompts, the reference, then the burst; a reason when the gate could not start."""
         if self.model is None:
             try:
                 self.model = await _model_id(client)
@@ -276,7 +276,8 @@ class _Run:
             self.answers = [a for a in self.answers if a.round is not GateRound.BURST]
             if self.settings.prompts:
                 prompts = burst_prompts(self.settings.prompts, self.burst_size)
-                await asyncio.gather(*(self._ask(client, p, GateRound.BURST, i) for i, p in enumerate(prompts)))
+                asks = (self._ask(client, p, GateRound.BURST, i) for i, p in enumerate(prompts))
+                await asyncio.gather(*asks)
             else:
                 await self._reference_burst(client)
             server = running_requests(self.log_lines()[before:]) if self.log_lines is not None else None
@@ -289,7 +290,7 @@ class _Run:
             log.warning("gate burst: %s; trying again", self.load.reason())
 
     async def _reference_burst(self, client: httpx.AsyncClient) -> None:
-        """The reference prompts cycled to a burst of `burst_size` greedy requests, each against the reference."""
+        """The reference prompts cycled to a burst of `burst_size` greedy requests, each judged."""
         assert self.reference is not None
         wanted = self.settings.reference
         prompts = [wanted.prompts[i % len(wanted.prompts)] for i in range(self.burst_size)]

@@ -207,8 +207,8 @@ def entrypoint(launcher: Sequence[str], version: str) -> tuple[str, str | None]:
     """
     if tuple(launcher[-2:]) == _MODULE and version_key(version)[:3] >= SERVE_SINCE:
         note = (
-            f"# SGLang {version} recommends `sglang serve` (the study ran {' '.join(launcher[-3:])}, the same "
-            "server); SGLANG=/path/to/sglang bash this.sh to choose one."
+            f"# SGLang {version} recommends `sglang serve` (the study ran {' '.join(launcher[-3:])}, "
+            "the same server); SGLANG=/path/to/sglang bash this.sh to choose one."
         )
         return '"${SGLANG:-sglang}" serve', note
     head, interpreter = _portable_launcher(launcher)

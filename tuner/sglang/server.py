@@ -362,7 +362,7 @@ def server_info(
 
 
 def captured_sizes(base_url: str, auth: ServerAuth | None = None) -> tuple[int, ...] | None:
-    """The CUDA-graph batch sizes a running server captured for decode (its resolved args); None if unknown."""
+    """The decode CUDA-graph batch sizes of a running server (its resolved args); None if unknown."""
     enabled, sizes = decode_graphs(server_info(base_url, auth=auth) or {})
     return sizes if enabled is not False else None
 
@@ -400,6 +400,6 @@ def decode_graphs(info: dict[str, Any]) -> tuple[bool | None, tuple[int, ...] | 
 
 
 def _int_list(value: object) -> tuple[int, ...] | None:
-    if isinstance(value, list) and value and all(isinstance(b, int) and not isinstance(b, bool) for b in value):
+    if isinstance(value, list) and value and all(type(b) is int for b in value):
         return tuple(sorted(set(value)))
     return None

@@ -10,8 +10,8 @@ warm start.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -70,7 +70,8 @@ def evidence_of(space: SearchSpace, trial: FrozenTrial) -> Evidence | None:
         return None
     knobs = knobs_of(config)
     if isinstance(attrs.get("effective_graphs"), bool):  # learned as what ran, not as what was asked
-        knobs = replace(knobs, graphs=attrs["effective_graphs"], graph_max_bs=_int(attrs.get("effective_graph_max_bs")))
+        top = _int(attrs.get("effective_graph_max_bs"))
+        knobs = replace(knobs, graphs=attrs["effective_graphs"], graph_max_bs=top)
     return Evidence(
         trial=trial.number,
         knobs=knobs,
