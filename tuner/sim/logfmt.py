@@ -59,6 +59,11 @@ def capture_begin(launch: Launch, avail_mib: float) -> str:
             "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
             f"avail mem={gb(avail_mib)} GB"
         )
+    if at_least(launch.version, "0.5.17"):  # as 0.5.17 prints it on an H200
+        return (
+            f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs={bs}, "
+            f"avail mem={gb(avail_mib)} GB"
+        )
     if at_least(launch.version, "0.5.14"):
         key = "num_tokens_per_req" if at_least(launch.version, "0.5.16") else "num_tokens_per_bs"
         return (
@@ -152,6 +157,24 @@ def sigterm_received() -> str:
 
 def gracefully_exiting(remaining: int) -> str:
     return f"Gracefully exiting... Remaining number of requests {remaining}. Waiting for them to finish."
+
+
+def sigint_shutdown(pid: int, child_pid: int) -> tuple[str, ...]:
+    """What SGLang 0.5.17 prints when SIGINT stops a healthy server (real H200 logs): the children's
+    KeyboardInterrupt, uvicorn's shutdown, then a child reported "crashed" by the tree kill. Noise:
+    nothing in it is a failure of the configuration."""
+    return (
+        "Traceback (most recent call last):",
+        '  File "zmq/backend/cython/_zmq.py", line 179, in zmq.backend.cython._zmq._check_rc',
+        "    PyErr_CheckSignals()",
+        "KeyboardInterrupt",
+        "INFO:     Shutting down",
+        "INFO:     Waiting for application shutdown.",
+        "INFO:     Application shutdown complete.",
+        f"INFO:     Finished server process [{pid}]",
+        f"kill_process_tree called: parent_pid={pid}, include_parent=False, pid={pid}",
+        subprocess_crashed("detokenizer", child_pid + 1, -9),
+    )
 
 
 def subprocess_crashed(name: str, pid: int, code: int) -> str:
