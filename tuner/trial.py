@@ -33,6 +33,7 @@ from tuner.config import (
 )
 from tuner.errors import FlagError, GpuBusyError, LaunchError, ReleaseTimeoutError
 from tuner.gate.checks import GateResult, GateVerdict
+from tuner.gate.garbage import nan_signature
 from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
 from tuner.interrupts import INTERRUPTS
 from tuner.result import TrialResult
@@ -56,6 +57,29 @@ _GATE_OUTCOME = {
     GateVerdict.ERROR: Outcome.GATE_ERROR,
     GateVerdict.INCONCLUSIVE: Outcome.INFRA_ERROR,  # the machine kept the burst from batching: retried
 }
+
+
+def nan_under_load(result: BenchResult) -> str | None:
+    """One line when a sampled measured response carries NaN's signature; None when none does.
+
+    The gate checks a burst; the benchmark decodes in its own batches and graphs, so a sample of what
+    it measured (every SAMPLE_EVERY-th request) is checked too. Only NaN's own signatures count
+    (NaN/inf words, a run of token id 0): the benchmark's prompts are random and ignore EOS, so
+    loops and odd words are what an honest model writes there.
+    """
+    checked, found = 0, []
+    for point in result.points:
+        for record in point.records:
+            if record.text_sample is None:
+                continue
+            checked += 1
+            why = nan_signature(record.text_sample)
+            if why is not None:
+                found.append(f"{point.point.label} request #{record.index}: {why}")
+    if not found:
+        return None
+    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+    return f"NaN under the benchmark's load ({len(found)} of {checked} sampled responses): {found[0]}{more}"
 
 
 def run_trial(
@@ -275,6 +299,9 @@ class _TrialRun:
             why = failed_problem(result, 0.0)
             message = "no benchmark request completed" + (f": {why}" if why else "")
             return Failure(outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message=message)
+        nan = nan_under_load(result)
+        if nan is not None:
+            return Failure(outcome=Outcome.NAN, phase=Phase.BENCH, message=nan)
         failed = failed_problem(result, space.bench.max_failed_fraction)
         if failed is not None:
             return Failure(outcome=Outcome.BENCH_ERRORS, phase=Phase.BENCH, message=failed)

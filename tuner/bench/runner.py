@@ -197,6 +197,7 @@ async def run_benchmark(
     )
 
 
+
 async def _run_point(
     stage: Stage,
     client: httpx.AsyncClient,
