@@ -46,3 +46,25 @@ def test_the_effective_launch_is_what_sglang_ran() -> None:
     assert capped.cuda_graph == CudaGraph(max_bs=24)
     unknown = effective_config(asked, facts(None, None))
     assert unknown == asked  # a server that says nothing is taken at its word
+
+
+def test_the_simulator_resolves_graphs_as_0_5_17_did() -> None:
+    """The simulator's resolved args (its ServerArgs dump and /server_info) have 0.5.17's shape."""
+    from tuner.sglang.options import builtin_table
+    from tuner.sim import args as simargs
+    from tuner.sim.resolve import resolve_launch
+    from tuner.sim.scenario import load_scenario
+
+    scenario = load_scenario("tiny-fast")
+
+    def args(*flags: str) -> dict[str, object]:
+        given = simargs.parse_sglang_argv(builtin_table("0.5.17"), ["--model-path", "/m", *flags])
+        return resolve_launch(scenario, "0.5.17", given, None).args
+
+    real = INFO["graphs_8"]
+    on = args("--cuda-graph-max-bs-decode", "8", "--attention-backend", "triton")
+    assert set(on["cuda_graph_config"]) == set(real["cuda_graph_config"]) == {"decode", "prefill"}
+    assert decode_graphs(on) == decode_graphs(real) == (True, (1, 2, 4, 8))
+    native = args("--cuda-graph-max-bs-decode", "8", "--attention-backend", "torch_native")
+    assert decode_graphs(native) == decode_graphs(INFO["torch_native_8"]) == (False, None)
+    assert native["disable_cuda_graph"] is False and native["cuda_graph_max_bs_decode"] == 8  # as asked

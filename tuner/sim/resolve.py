@@ -253,6 +253,9 @@ def _server_args(
     args[bs_key.replace("_bs", "_max_bs")] = int(graphs.max_bs or 0) if graphs.enabled else None
     if at_least(version, "0.5.14"):
         args["cuda_graph_config"] = _graph_config(given, graphs, chunk)
+        if graph_free_backend(given) is not None:  # turned off by SGLang: the flat keys stay as asked
+            for key in (bs_key, bs_key.replace("_bs", "_max_bs")):
+                args[key] = given.get(key)
     if scenario.model.sparse_attention:
         prefix = "dsa" if at_least(version, "0.5.13") else "nsa"
         args[f"{prefix}_prefill_backend"] = backends.prefill
