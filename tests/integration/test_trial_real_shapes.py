@@ -30,7 +30,8 @@ def test_torch_native_runs_without_graphs_and_the_trial_is_kept_as_what_ran(tmp_
     params = {"mem-fraction-static": 0.8, "cuda_graph": 8, "chunked-prefill-size": None}
     result = run_trial(config_from_params(ctx.space, params), ctx, label="native")
     assert result.outcome is Outcome.OK, result.failure
-    assert result.server is not None and result.server.cuda_graph is False and result.server.captured_bs is None
+    assert result.server is not None and result.server.cuda_graph is False
+    assert result.server.captured_bs is None
     assert result.config.cuda_graph == CudaGraph(max_bs=8)  # the request, as asked
     assert result.effective is not None and result.effective.cuda_graph == CudaGraph(enabled=False)
     assert result.effective_key is not None and result.launch is not None
