@@ -96,7 +96,7 @@ def space(model: Path, run_dir: Path, *, name: str, baselines: list[dict[str, An
             "log-level": "info",
         },
         "gpus": [0],
-        "gpu_busy_policy": "fail",
+        "gpu_busy_policy": "wait",  # a server just stopped (or an orphan just stopped) may still hold memory
         "params": [
             {"name": "mem-fraction-static", "kind": "float", "low": 0.01, "high": 1.0, "step": 0.005},
             {"name": "cuda_graph", "kind": "cuda_graph", "choices": ["off", 8, 16, 512]},

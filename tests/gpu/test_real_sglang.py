@@ -97,6 +97,8 @@ def record(check: str, result: dict[str, Any], baseline: int, note: str = "") ->
 
 
 def _knobs(config: dict[str, Any]) -> str:
+    if not config:
+        return ""
     graph = config.get("cuda_graph") or {}
     cg = "off" if graph.get("enabled") is False else f"max:{graph.get('max_bs')}"
     backend = dict(config.get("flags") or []).get("attention-backend")
@@ -242,14 +244,14 @@ def _trials(db: Path) -> list[dict[str, Any]]:
 
 def _as_result(trial: dict[str, Any]) -> dict[str, Any]:
     a, p = trial["attrs"], trial["params"]
-    graph = p.get("cuda_graph")
+    graph = str(p.get("cuda_graph"))
     return {
         "outcome": a.get("outcome") or trial["state"].lower(),
         "failure": {"stage": a.get("stage"), "message": a.get("failure_message")},
         "server": {"kv_tokens": a.get("kv_tokens")},
         "config": {
             "mem_fraction_static": p.get("mem-fraction-static"),
-            "cuda_graph": {"enabled": graph != "off", "max_bs": graph},
+            "cuda_graph": {"enabled": graph != "off", "max_bs": graph.removeprefix("max:")},
             "flags": [["attention-backend", p.get("attention-backend")]],
         },
         "min_free_mib": [a.get("min_free_vram_mib")],
