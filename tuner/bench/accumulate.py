@@ -16,7 +16,7 @@ from tuner.bench.workload import RequestSpec
 
 ERROR_TEXT_MAX = 500
 SAMPLE_EVERY = 8  # every 8th request of a load point keeps its output text for the NaN check
-SAMPLE_CHARS = 2000  # of it, at most this much (the start: NaN shows from the first tokens)
+SAMPLE_CHARS = 512  # of it, at most this much (the start: NaN shows from the first tokens; kept in the row)
 MAX_USAGE_TOKENS = 10_000_000  # more tokens in one request than any context holds: not a real count
 
 
