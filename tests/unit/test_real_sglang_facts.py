@@ -68,3 +68,38 @@ def test_the_simulator_resolves_graphs_as_0_5_17_did() -> None:
     native = args("--cuda-graph-max-bs-decode", "8", "--attention-backend", "torch_native")
     assert decode_graphs(native) == decode_graphs(INFO["torch_native_8"]) == (False, None)
     assert native["disable_cuda_graph"] is False and native["cuda_graph_max_bs_decode"] == 8  # as asked
+
+
+def test_the_simulator_s_capture_lines_read_as_real_0_5_17_s() -> None:
+    """Prefill graphs first, then the decode list, in 0.5.17's order; the log state reads both alike."""
+    from tuner.sglang.logs import LogState
+
+    real = [
+        "[2026-12-01 21:47:43] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8, "
+        "8192], avail mem=21.59 GB",
+        "[2026-12-01 21:47:45] Capture target prefill CUDA graph end. elapsed=2.00 s, mem usage=0.14 GB, "
+        "avail mem=21.45 GB.",
+        "[2026-12-01 21:47:45] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
+        "bs=[1, 2, 4, 8], avail mem=21.45 GB",
+        "[2026-12-01 21:47:46] Capture target decode CUDA graph end. elapsed=0.94 s, mem usage=0.03 GB, "
+        "avail mem=21.42 GB.",
+    ]
+    from tuner.sglang.options import builtin_table
+    from tuner.sim import args as simargs
+    from tuner.sim import logfmt
+    from tuner.sim.resolve import resolve_launch
+    from tuner.sim.scenario import load_scenario
+
+    given = simargs.parse_sglang_argv(
+        builtin_table("0.5.17"), ["--model-path", "/m", "--cuda-graph-max-bs-decode", "8"]
+    )
+    launch = resolve_launch(load_scenario("tiny-fast"), "0.5.17", given, None)
+    sim = [*logfmt.prefill_capture(launch, 21_000.0), logfmt.capture_begin(launch, 21_000.0),
+           logfmt.capture_end(launch, 0.9, 30.0, 20_900.0)]  # fmt: skip
+    assert [line.split(". ")[0] for line in sim] == [line[22:].split(". ")[0] for line in real]
+    assert sim[2].startswith(
+        "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs="
+    )
+    for lines in (real, sim):
+        state = LogState.from_lines(lines)
+        assert state.cuda_graph is True and state.captured_bs == (1, 2, 4, 8)

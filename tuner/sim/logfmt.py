@@ -52,6 +52,25 @@ def pool_end(avail_mib: float) -> str:
     return f"Memory pool end. avail mem={gb(avail_mib)} GB"
 
 
+def prefill_capture(launch: Launch, avail_mib: float) -> tuple[str, ...]:
+    """0.5.17 (an H200) captures breakable prefill graphs before the decode ones (its default); the
+    simulator holds no memory for them, so they take none here."""
+    config = launch.args.get("cuda_graph_config")
+    prefill = config.get("prefill") if isinstance(config, dict) else None
+    if not at_least(launch.version, "0.5.17") or not isinstance(prefill, dict):
+        return ()
+    if prefill.get("backend") != "breakable":
+        return ()
+    top = int(prefill.get("max_bs") or 0)
+    sizes = [n for n in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if n < top] + [top]
+    return (
+        f"Capture target prefill CUDA graph begin. backend=breakable, num_tokens={sizes}, "
+        f"avail mem={gb(avail_mib)} GB",
+        "Capture target prefill CUDA graph end. elapsed=0.00 s, mem usage=0.00 GB, "
+        f"avail mem={gb(avail_mib)} GB.",
+    )
+
+
 def capture_begin(launch: Launch, avail_mib: float) -> str:
     bs = list(launch.captured_bs)
     if at_least(launch.version, "0.5.22"):
