@@ -35,6 +35,8 @@ class TrialResult:
     finished_at: datetime
     timings: StageTimings = field(default_factory=StageTimings)
     warnings: tuple[str, ...] = ()  # kept but noisy: e.g. the benchmark client starved by other processes
+    effective: TrialConfig | None = None  # what SGLang reports it ran, when that differs from `config`
+    effective_key: str | None = None  # the launch key of `effective` (the key of what ran)
 
     @property
     def ok(self) -> bool:

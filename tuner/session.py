@@ -15,12 +15,12 @@ import json
 import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tuner.bench.runner import benchmark
 from tuner.bench.types import BenchResult
-from tuner.config import Failure, LaunchSpec, Outcome, Phase, TrialConfig
+from tuner.config import CudaGraph, Failure, LaunchSpec, Outcome, Phase, ServerFacts, TrialConfig
 from tuner.engine import Engine, engine_for, probe_for
 from tuner.errors import ConfigError, FlagError
 from tuner.gate.checks import GateResult
@@ -60,12 +60,19 @@ class TrialContext:
 
 @contextlib.contextmanager
 def trial_session(
-    space: SearchSpace, *, progress: bool = False, state_root: Path | None = None
+    space: SearchSpace,
+    *,
+    progress: bool = False,
+    state_root: Path | None = None,
+    study: str | None = None,
+    record_reference: bool = False,
 ) -> Iterator[TrialContext]:
     """Everything trials need, set up once: engine, GPU probe, live-server records; orphans stopped first.
 
     `run`, `trial` and `confirm` all go through here, so a server left by a killed run is stopped
-    before any of them launches, and the probe is closed however the block ends.
+    before any of them launches, and the probe is closed however the block ends. The gate's
+    reference is the one of `study` (default: the space's study); only the study's own run records
+    it (`record_reference`), so a one-off trial never becomes a study's truth.
     """
     run_dir = Path(space.log_dir)
     check_gpu_indices(space)
@@ -79,7 +86,10 @@ def trial_session(
             log.warning("stopped %d process(es) of servers left by a killed run", len(killed))
         gate_stage: GateStage = gate
         if space.gate.reference.enabled:  # the study's reference answers travel with its gate stage
-            gate_stage = functools.partial(gate, reference=ReferenceBook(space.gate.reference, run_dir))
+            book = ReferenceBook(
+                space.gate.reference, run_dir, study=study or space.study_name, record=record_reference
+            )
+            gate_stage = functools.partial(gate, reference=book)
         yield TrialContext(
             space=space,
             engine=engine,
@@ -173,3 +183,44 @@ def key_of(prepared: LaunchSpec | Failure) -> str:
     if isinstance(prepared, LaunchSpec):
         return prepared.key
     return hashlib.sha256(json.dumps({"invalid": prepared.message}).encode()).hexdigest()[:16]
+
+
+def effective_config(config: TrialConfig, facts: ServerFacts) -> TrialConfig:
+    """The configuration SGLang reports it ran: `config` with the decode CUDA graphs it resolved.
+
+    SGLang turns graphs off on its own for some launches (torch_native or flex attention) and caps
+    the capture list (by max running requests); what it ran is what a measurement is of, so that is
+    what is stored, keyed and learned from. Knobs the server does not report stay as asked.
+    """
+    asked = config.cuda_graph
+    if asked is not None and not asked.enabled:
+        return config
+    if facts.cuda_graph is False:
+        return replace(config, cuda_graph=CudaGraph(enabled=False))
+    sizes = facts.captured_bs
+    if asked is None or not facts.cuda_graph or not sizes or len(sizes) < 2:
+        return config
+    if asked.bs is not None:
+        return config if tuple(sorted(asked.bs)) == sizes else replace(config, cuda_graph=CudaGraph(bs=sizes))
+    if asked.max_bs is not None and max(sizes) < asked.max_bs:
+        return replace(config, cuda_graph=CudaGraph(max_bs=max(sizes)))
+    return config
+
+
+def graph_text(graph: CudaGraph | None) -> str:
+    """A CUDA-graph setting in a few characters: default, off, max:N, or the list."""
+    if graph is None:
+        return "default"
+    if not graph.enabled:
+        return "off"
+    return f"bs:{list(graph.bs)}" if graph.bs else f"max:{graph.max_bs}"
+
+
+def effective_note(config: TrialConfig, effective: TrialConfig) -> str | None:
+    """One line when SGLang ran something else than asked; None when it ran the request."""
+    if effective == config:
+        return None
+    return (
+        f"effective launch differs from the request: cuda_graph asked {graph_text(config.cuda_graph)}, "
+        f"SGLang ran {graph_text(effective.cuda_graph)} (stored, keyed and learned as what ran)"
+    )

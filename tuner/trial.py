@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Literal, TypeVar, cast
 
+from tuner.bench.runner import short_window
 from tuner.bench.types import BenchResult
 from tuner.bench.verdict import failed_problem, hang_message
 from tuner.config import (
@@ -30,13 +31,14 @@ from tuner.config import (
     StageTimings,
     TrialConfig,
 )
-from tuner.errors import GpuBusyError, LaunchError, ReleaseTimeoutError
+from tuner.errors import FlagError, GpuBusyError, LaunchError, ReleaseTimeoutError
 from tuner.gate.checks import GateResult, GateVerdict
+from tuner.gate.garbage import nan_signature
 from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
 from tuner.interrupts import INTERRUPTS
 from tuner.result import TrialResult
 from tuner.secrets import redact_argv, scrub, secret_values
-from tuner.session import TrialContext, prepare_launch
+from tuner.session import TrialContext, effective_config, effective_note, prepare_launch, render_launch
 from tuner.sglang import logs
 from tuner.sglang.auth import ServerAuth, auth_from_argv
 from tuner.sglang.flags import min_gpus
@@ -53,7 +55,31 @@ _GATE_OUTCOME = {
     GateVerdict.WRONG_ANSWER: Outcome.WRONG_ANSWER,
     GateVerdict.GARBAGE: Outcome.GARBAGE,
     GateVerdict.ERROR: Outcome.GATE_ERROR,
+    GateVerdict.INCONCLUSIVE: Outcome.INFRA_ERROR,  # the machine kept the burst from batching: retried
 }
+
+
+def nan_under_load(result: BenchResult) -> str | None:
+    """One line when a sampled measured response carries NaN's signature; None when none does.
+
+    The gate checks a burst; the benchmark decodes in its own batches and graphs, so a sample of what
+    it measured (every SAMPLE_EVERY-th request) is checked too. Only NaN's own signatures count
+    (NaN/inf words, a run of token id 0): the benchmark's prompts are random and ignore EOS, so
+    loops and odd words are what an honest model writes there.
+    """
+    checked, found = 0, []
+    for point in result.points:
+        for record in point.records:
+            if record.text_sample is None:
+                continue
+            checked += 1
+            why = nan_signature(record.text_sample)
+            if why is not None:
+                found.append(f"{point.point.label} request #{record.index}: {why}")
+    if not found:
+        return None
+    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+    return f"NaN under the benchmark's load ({len(found)} of {checked} sampled responses): {found[0]}{more}"
 
 
 def run_trial(
@@ -88,6 +114,9 @@ class _TrialRun:
         self.baseline: tuple[int, ...] | None = None  # used MiB per GPU before the launch
         self.current = Phase.RENDER
         self.warnings: list[str] = []
+        self.effective: TrialConfig | None = None  # what SGLang ran, when it differs from the request
+        self.effective_key: str | None = None
+        self.last_lines: list[str] = []
 
     def _phase(self, phase: Phase, detail: str = "") -> None:
         if phase is not Phase.TEARDOWN:
@@ -181,11 +210,29 @@ class _TrialRun:
             return ready
         assert isinstance(ready, ServerFacts)
         self.facts = ready
+        self._effective(ready)
         indices = self._gpu_indices()
         self.gpus = tuple(d for d in ctx.probe.devices() if not indices or d.index in indices)
         self.sampler = MemorySampler(ctx.probe, indices)
         self.sampler.start()
         return self._gate() or self._bench()
+
+    def _effective(self, facts: ServerFacts) -> None:
+        """Note what SGLang reports it ran when that is not what was asked (a warning, and its key)."""
+        effective = effective_config(self.config, facts)
+        note = effective_note(self.config, effective)
+        if note is None or self.spec is None:
+            return
+        log.warning("%s: %s", self.label, note)
+        self.warnings.append(note)
+        self.effective = effective
+        try:
+            spec = self.spec
+            ctx = self.ctx
+            ran = render_launch(effective, ctx.space, ctx.engine, port=spec.port, log_path=spec.log_path)
+            self.effective_key = ran.key
+        except FlagError as exc:  # what ran has no flags of its own in this release: keyed as asked
+            log.info("%s: the effective launch has no rendering (%s)", self.label, exc)
 
     def _auth(self) -> dict[str, ServerAuth | None]:
         """`auth=` for the stages when the launch has an API key (kept in memory, never stored)."""
@@ -205,6 +252,7 @@ class _TrialRun:
                 space.gate,
                 captured_bs=facts.captured_bs,
                 nan_log_lines=lambda: logs.nan_lines(server.lines_since(cursor)),
+                log_lines=lambda: server.lines_since(cursor),
                 server_died=server.died,
                 stop=lambda: INTERRUPTS.requested,
                 **self._auth(),
@@ -251,6 +299,9 @@ class _TrialRun:
             why = failed_problem(result, 0.0)
             message = "no benchmark request completed" + (f": {why}" if why else "")
             return Failure(outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message=message)
+        nan = nan_under_load(result)
+        if nan is not None:
+            return Failure(outcome=Outcome.NAN, phase=Phase.BENCH, message=nan)
         failed = failed_problem(result, space.bench.max_failed_fraction)
         if failed is not None:
             return Failure(outcome=Outcome.BENCH_ERRORS, phase=Phase.BENCH, message=failed)
@@ -264,6 +315,10 @@ class _TrialRun:
                     f"{100 * result.client_cpu_share:.0f}%, event-loop lag p99 {lag}): not trusted"
                 ),
             )
+        short = short_window(result)
+        if short is not None:
+            log.warning("%s: %s", self.label, short)
+            self.warnings.append(short)
         if result.starved:
             lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
             share = result.run_queue_wait_share
@@ -301,6 +356,7 @@ class _TrialRun:
             return None
         self._phase(Phase.TEARDOWN)
         server = self.server
+        self.last_lines = server.lines()[-40:]  # before the stop: what follows is SGLang's shutdown
         pids = server.our_pids()
         self._timed("teardown", server.stop)
         if self.ctx.live is not None:
@@ -342,8 +398,10 @@ class _TrialRun:
             overhead_s=max(0.0, elapsed - waited),
         )
         excerpt = failure.excerpt if failure and failure.excerpt else ""
-        if not excerpt and server is not None:
-            excerpt = "\n".join(server.lines()[-40:])
+        if not excerpt and failure is not None and server is not None:
+            # only a failure's, and the lines before the stop: a passing trial's last lines (and what
+            # follows any stop) are SGLang's shutdown noise, not evidence
+            excerpt = "\n".join(self.last_lines or server.lines()[-40:])
         return TrialResult(
             config=self.config,
             launch=self.spec,
@@ -360,4 +418,6 @@ class _TrialRun:
             finished_at=datetime.now(timezone.utc),
             timings=timings,
             warnings=tuple(self.warnings),
+            effective=self.effective,
+            effective_key=self.effective_key,
         )

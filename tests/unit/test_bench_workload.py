@@ -207,3 +207,22 @@ def test_schedstat_of_this_thread_is_read_where_linux_reports_it() -> None:
     found = read_schedstat(threading.get_native_id())
     assert found is None or (found[0] > 0 and found[1] >= 0)
     assert read_schedstat(-1) is None
+
+
+def test_random_token_ids_stay_inside_the_served_model_s_vocabulary(tmp_path: Path) -> None:
+    """Real SGLang with a 1,024-token model died on ids up to 30,000 (a CUDA index assert under load)."""
+    import json as _json
+
+    from tuner.bench.runner import vocab_size_of
+    from tuner.bench.settings import Workload as _Workload
+    from tuner.bench.workload import TOKEN_ID_HIGH, build_requests, token_id_range
+
+    wl = _Workload(kind="random", input_len=256, output_len=8, api="completions", seed=3)
+    small = build_requests(wl, 64, vocab_size=1024)
+    ids = [t for spec in small for t in spec.prompt]
+    assert max(ids) < 1024 and min(ids) >= 100 and max(ids) > 900  # the whole vocabulary, none past it
+    big = build_requests(wl, 64, vocab_size=152_064)
+    assert max(t for spec in big for t in spec.prompt) < TOKEN_ID_HIGH
+    assert token_id_range(None) == (100, TOKEN_ID_HIGH) and token_id_range(50) == (25, 50)
+    (tmp_path / "config.json").write_text(_json.dumps({"text_config": {"vocab_size": 1024}}))
+    assert vocab_size_of(tmp_path) == 1024 and vocab_size_of(tmp_path / "missing") is None

@@ -90,8 +90,15 @@ def test_graphs_off_becomes_the_current_spelling_and_the_script_runs_on_port_300
     done = for_release(profile, OLD, NEW)
     assert "--disable-decode-cuda-graph" in done.argv and "--disable-cuda-graph" not in done.argv
     script = render_sh(done, NEW)
-    assert '--port "${PORT:-30000}"' in script and "exec python -m sglang.launch_server" in script
-    assert "# re-rendered for SGLang 0.5.23" in script
+    # 0.5.10+ warns that `sglang serve` is the recommended entrypoint: the export writes that one
+    assert '--port "${PORT:-30000}"' in script and 'exec "${SGLANG:-sglang}" serve' in script
+    assert "# re-rendered for SGLang 0.5.23" in script and "recommends `sglang serve`" in script
+    from tuner.report.profile import entrypoint
+
+    module = ("python", "-m", "sglang.launch_server")
+    assert entrypoint(module, "0.5.9") == ("python -m sglang.launch_server", None)  # no such advice yet
+    assert entrypoint(module, "0.5.10")[0] == entrypoint(module, "0.5.17")[0] == '"${SGLANG:-sglang}" serve'
+    assert entrypoint(("python", "-m", "tuner.sim"), "0.5.17") == ("python -m tuner.sim", None)
     assert "disable-decode-cuda-graph: true" in render_yaml(done, NEW)
     bash = shutil.which("bash")
     if bash:

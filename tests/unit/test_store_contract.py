@@ -72,6 +72,7 @@ class TestResultStoreContract:
             "duration_s": 4.2,
             "model": None,
             "reference": None,
+            "load": None,  # the burst's real concurrency (none ran in this result)
         }
         assert got.log_path == "/runs/t1/server.log" and got.log_excerpt == "server ready"
         assert got.timings["launch_s"] == 212.5

@@ -136,3 +136,19 @@ def test_a_reuse_of_trial_0_launched_nothing_and_counts_as_no_launch() -> None:
     assert measured_before([reuse], "k", exclude=5) is None
     # the budget: 1 launch finished + 2 finalist repeats; the reuse and the pruned ask are not launches
     assert finalists.launch_counts([original, reuse, pruned], {"0": 2}) == (3, 0)
+
+
+def test_a_trial_is_learned_and_keyed_as_what_sglang_ran() -> None:
+    """Asked max:16, SGLang ran without graphs (torch_native): the rules see graphs off, and a later ask
+    whose launch key is that of what ran reuses the measurement."""
+    from tuner.study.learn import measured_before
+
+    t = trial(4, (100, 1), outcome="ok", cfg_hash="asked", effective_key="ran", effective_graphs=False,
+              effective_graph_max_bs=None)  # fmt: skip
+    t.params["cuda_graph"] = "max:16"
+    ev = evidence_of(SPACE, t)
+    assert ev is not None and ev.knobs.graphs is False and ev.knobs.graph_max_bs is None
+    plain = evidence_of(SPACE, trial(5, (100, 1), outcome="ok", cfg_hash="x"))
+    assert plain is not None and plain.knobs.graphs is False  # "off" as asked: unchanged
+    assert measured_before([t], "ran", exclude=9) is t and measured_before([t], "asked", exclude=9) is t
+    assert measured_before([t], "other", exclude=9) is None

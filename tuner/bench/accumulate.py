@@ -15,6 +15,8 @@ from tuner.bench.types import ErrorClass, OutputSource, RequestRecord
 from tuner.bench.workload import RequestSpec
 
 ERROR_TEXT_MAX = 500
+SAMPLE_EVERY = 8  # every 8th request of a load point keeps its output text for the NaN check
+SAMPLE_CHARS = 512  # of it, at most this much (the start: NaN shows from the first tokens; kept in the row)
 MAX_USAGE_TOKENS = 10_000_000  # more tokens in one request than any context holds: not a real count
 
 
@@ -42,6 +44,8 @@ class StreamAccumulator:
         "error_text",
         "bad_payload",
         "bad_usage",
+        "text",
+        "_chars",
     )
 
     def __init__(self, api: Api) -> None:
@@ -57,6 +61,8 @@ class StreamAccumulator:
         self.error_text = ""
         self.bad_payload = ""
         self.bad_usage = ""
+        self.text: list[str] = []  # the output's start (SAMPLE_CHARS), kept for sampled requests
+        self._chars = 0
 
     def add(self, payload: bytes, t: float) -> bool:
         """Take one payload that arrived at t; True if it was a content event."""
@@ -80,10 +86,12 @@ class StreamAccumulator:
                 if delta:
                     if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
                         content = True
+                        self._keep(delta.get("content"))
                     elif delta.get("tool_calls"):
                         self.tool_events += 1
             elif c0.get("text"):
                 content = True
+                self._keep(c0.get("text"))
         usage = obj.get("usage")
         if usage:
             self._take_usage(usage)
@@ -99,6 +107,11 @@ class StreamAccumulator:
             self.t_prev = t
             self.events += 1
         return content
+
+    def _keep(self, piece: object) -> None:
+        if self._chars < SAMPLE_CHARS and isinstance(piece, str):
+            self.text.append(piece)
+            self._chars += len(piece)
 
     def _take_usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
@@ -163,4 +176,10 @@ class StreamAccumulator:
             itl_gaps_s=tuple(self.gaps),
             content_events=self.events,
             tool_call_events=self.tool_events,
+            text_sample="".join(self.text)[:SAMPLE_CHARS] if sampled(spec.index) and success else None,
         )
+
+
+def sampled(index: int) -> bool:
+    """Whether request `index` of a load point keeps its output for the NaN check (every SAMPLE_EVERY-th)."""
+    return index % SAMPLE_EVERY == 0

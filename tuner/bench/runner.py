@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from time import perf_counter, process_time
 from typing import TypeVar
 
@@ -41,6 +43,29 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# A measured window shorter than this is noise, not a measurement: the ramp at T0 and the drain
+# before T1 (about one request latency each) and the host's scheduling jitter are a large share of
+# it. Two identical configurations measured over 0.3-0.6 s on real SGLang differed by 35%.
+MIN_WINDOW_S = 2.0
+MIN_WINDOW_LATENCIES = 10.0  # the window in median request latencies: edges ≤ ~2/10 of it
+
+
+def short_window(result: BenchResult) -> str | None:
+    """`noisy: ...` when the objective load point's window was too short to measure; None when not."""
+    metrics = result.objective_metrics
+    if metrics is None or not metrics.completed:
+        return None
+    window = metrics.duration_s
+    e2e_s = metrics.e2e.median_ms / 1000.0 if metrics.e2e.count else 0.0
+    needed = max(MIN_WINDOW_S, MIN_WINDOW_LATENCIES * e2e_s)
+    if window >= needed:
+        return None
+    return (
+        f"noisy: the benchmark window was {window:.2f} s, shorter than the {needed:.1f} s it takes to "
+        f"measure (at least {MIN_WINDOW_S:.0f} s and {MIN_WINDOW_LATENCIES:.0f} median request latencies "
+        f"of {1000 * e2e_s:.0f} ms): raise num_prompts"
+    )
+
 
 async def fetch_model(client: httpx.AsyncClient) -> str:
     """The served model name: the first id of GET /v1/models."""
@@ -51,6 +76,30 @@ async def fetch_model(client: httpx.AsyncClient) -> str:
     except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
         where = str(client.base_url).rstrip("/")
         raise BenchmarkError(f"cannot read the model name from {where}/v1/models: {exc}") from exc
+
+
+async def served_vocab_size(client: httpx.AsyncClient) -> int | None:
+    """The served model's vocabulary size: `vocab_size` of the config.json in the model directory
+    /model_info names (the tuner runs beside the server); None where that is not a readable folder."""
+    try:
+        resp = await client.get("/model_info")
+        path = resp.json().get("model_path") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return vocab_size_of(Path(path)) if isinstance(path, str) and path else None
+
+
+def vocab_size_of(model_dir: Path) -> int | None:
+    """`vocab_size` of a model folder's config.json (or of its text_config, for multimodal models)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for holder in (config, config.get("text_config") or {}, config.get("llm_config") or {}):
+        value = holder.get("vocab_size") if isinstance(holder, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 async def flush_cache(client: httpx.AsyncClient) -> bool:
@@ -90,9 +139,6 @@ async def run_benchmark(
         raise BenchmarkError("benchmark settings have no load point")
     wl = settings.workload
     rows = load_dataset(wl) if wl.kind is not WorkloadKind.RANDOM else None
-    plans = [
-        build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows) for i, p in enumerate(settings.load_points)
-    ]
     t_stage = perf_counter()
     stage = Stage(settings.timeouts, server_died, stop)
     probe = LoopLagProbe(settings.self_check)
@@ -112,6 +158,11 @@ async def run_benchmark(
             try:
                 if not name:
                     name = await stage.race(fetch_model(http.control))
+                vocab = await stage.race(served_vocab_size(http.control)) if rows is None else None
+                plans = [
+                    build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows, vocab_size=vocab)
+                    for i, p in enumerate(settings.load_points)
+                ]
                 sender = RequestSender(http, api=wl.api, model=name)
                 for i, (point, specs) in enumerate(zip(settings.load_points, plans, strict=True)):
                     result = await _run_point(
@@ -144,6 +195,7 @@ async def run_benchmark(
         run_queue_wait_share=check.run_queue_wait_share,
         duration_s=perf_counter() - t_stage,
     )
+
 
 
 async def _run_point(

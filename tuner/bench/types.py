@@ -64,6 +64,7 @@ class RequestRecord:
     itl_gaps_s: tuple[float, ...] = ()  # gaps between successive content events
     content_events: int = 0
     tool_call_events: int = 0  # tool-call-only deltas (not content, as in SGLang)
+    text_sample: str | None = None  # the output's start, for a sample of the requests (the NaN check)
 
     @property
     def ttft_s(self) -> float | None:

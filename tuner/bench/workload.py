@@ -26,7 +26,7 @@ from tuner.bench.settings import Api, Workload, WorkloadKind
 from tuner.errors import BenchmarkError
 
 TOKEN_ID_LOW = 100  # clear of the special tokens at the start of common vocabularies
-TOKEN_ID_HIGH = 30_000  # below every vocabulary size of a served LLM
+TOKEN_ID_HIGH = 30_000  # the ids drawn when the served model's vocabulary is not known
 CHARS_PER_TOKEN = 4.0  # rough English average, for declared lengths of text prompts
 WARMUP_OUTPUT_CAP = 32  # SGLang caps warmup output the same way
 
@@ -75,11 +75,16 @@ def build_requests(
     *,
     seed: int | None = None,
     rows: tuple[DatasetRow, ...] | None = None,
+    vocab_size: int | None = None,
 ) -> tuple[RequestSpec, ...]:
-    """`count` requests for the workload; same seed, same requests. Files are read unless `rows` is given."""
+    """`count` requests for the workload; same seed, same requests. Files are read unless `rows` is given.
+
+    `vocab_size` is the served model's (its embedding rows): random token ids stay below it, since an
+    id past the embedding table kills the server (a CUDA index assert) whatever its configuration.
+    """
     rng = np.random.default_rng(workload.seed if seed is None else seed)
     if workload.kind is WorkloadKind.RANDOM:
-        return _random_requests(workload, count, rng)
+        return _random_requests(workload, count, rng, token_id_range(vocab_size))
     if rows is None:
         rows = load_dataset(workload)
     order = rng.permutation(len(rows))
@@ -215,7 +220,22 @@ def _estimate_tokens(prompt: str | tuple[int, ...]) -> int:
     return max(1, round(len(prompt) / CHARS_PER_TOKEN))
 
 
-def _random_requests(workload: Workload, count: int, rng: np.random.Generator) -> tuple[RequestSpec, ...]:
+def token_id_range(vocab_size: int | None) -> tuple[int, int]:
+    """[low, high) of random prompt token ids: clear of the leading special tokens, inside the vocabulary."""
+    if vocab_size is None:
+        return TOKEN_ID_LOW, TOKEN_ID_HIGH
+    if vocab_size < 2:
+        raise BenchmarkError(f"the served model's vocabulary has {vocab_size} tokens: no random prompt fits")
+    high = min(TOKEN_ID_HIGH, vocab_size)
+    return min(TOKEN_ID_LOW, high // 2), high
+
+
+def _random_requests(
+    workload: Workload,
+    count: int,
+    rng: np.random.Generator,
+    ids: tuple[int, int] = (TOKEN_ID_LOW, TOKEN_ID_HIGH),
+) -> tuple[RequestSpec, ...]:
     in_lens = random_lengths(workload.input_len, workload.range_ratio, count, rng)
     out_lens = random_lengths(workload.output_len, workload.range_ratio, count, rng)
     specs = []
@@ -223,7 +243,7 @@ def _random_requests(workload: Workload, count: int, rng: np.random.Generator) -
         n_in = int(in_lens[i])
         prompt: str | tuple[int, ...]
         if workload.api is Api.COMPLETIONS:
-            prompt = tuple(int(t) for t in rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=n_in))
+            prompt = tuple(int(t) for t in rng.integers(ids[0], ids[1], size=n_in))
         else:
             words = rng.integers(0, len(_WORDS), size=n_in)
             prompt = " ".join(_WORDS[int(w)] for w in words)

@@ -27,6 +27,7 @@ from typing import Any
 
 from tuner.errors import ConfigError
 from tuner.gate.garbage import GarbageFinding, GarbageReason, estimate_tokens, inspect_content, inspect_text
+from tuner.gate.load import BurstLoad
 from tuner.gate.reference import CANARY_MARK, ReferenceCheck
 from tuner.gate.settings import GatePrompt, GateSettings
 
@@ -42,6 +43,7 @@ class GateVerdict(str, Enum):
     WRONG_ANSWER = "wrong_answer"
     GARBAGE = "garbage"
     ERROR = "error"
+    INCONCLUSIVE = "inconclusive"  # every answer passed, but the burst never ran batched: nothing proved
 
 
 class GateRound(str, Enum):
@@ -57,7 +59,8 @@ PRECEDENCE: dict[GateVerdict, int] = {
     GateVerdict.GARBAGE: 1,
     GateVerdict.WRONG_ANSWER: 2,
     GateVerdict.ERROR: 3,
-    GateVerdict.PASSED: 4,
+    GateVerdict.INCONCLUSIVE: 4,
+    GateVerdict.PASSED: 5,
 }
 
 
@@ -90,6 +93,7 @@ class GateResult:
     duration_s: float
     model: str | None = None
     reference: ReferenceCheck | None = None  # the greedy-output agreement, when the space asks for it
+    load: BurstLoad | None = None  # the concurrency the burst really reached (None: no burst ran)
 
     @property
     def passed(self) -> bool:

@@ -157,6 +157,17 @@ def inspect_finish(
     return None
 
 
+def nan_signature(text: str) -> str | None:
+    """Why an output is NaN's (all NaN/inf words, or a run of token id 0), or None: the checks that hold
+    for any prompt, also random ones whose honest continuations loop."""
+    stripped = text.strip()
+    for check in (_nan_markers, _token_zero_run):
+        finding = check(stripped) if stripped else None
+        if finding is not None:
+            return finding.message
+    return None
+
+
 def _excerpt(text: str, chars: int = 24) -> str:
     return repr(text[:chars] + ("…" if len(text) > chars else ""))
 

@@ -32,6 +32,9 @@ class GreedyOutput:
     prompt: str
     token_ids: tuple[int, ...] | None
     text: str
+    # per position, the two most likely (token id, logprob) as the server saw them (top_logprobs_num 2);
+    # None when the server gave none. A reference's own top-1/top-2 gap tells a near-tie.
+    top2: tuple[tuple[tuple[int, float], ...], ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +47,8 @@ class Agreement:
     first_mismatch: int | None  # 0-based; None = agrees over `compared` positions
     expected: str | None = None  # at the first mismatch
     got: str | None = None
+    near_tie_at: int | None = None  # the outputs part at a near-tie here (agreeing before it): not a failure
+    gap: float | None = None  # the reference's top-1/top-2 logprob gap at the first difference
 
     @property
     def agrees(self) -> bool:
@@ -58,26 +63,44 @@ class ReferenceCheck:
     outputs: tuple[GreedyOutput, ...]  # this server's greedy outputs (the next reference, or evidence)
     agreements: tuple[Agreement, ...] = ()  # empty when this run recorded the reference
     recorded: bool = False  # this run's outputs became the reference
+    burst: tuple[Agreement, ...] = ()  # the same prompts asked at once (batched decode) against the reference
+    near_tie: float = 0.0  # the tolerance the comparisons used (nats)
 
     @property
     def passed(self) -> bool:
-        return all(a.agrees for a in self.agreements)
+        return all(a.agrees for a in (*self.agreements, *self.burst))
+
+    @property
+    def near_ties(self) -> int:
+        return sum(a.near_tie_at is not None for a in (*self.agreements, *self.burst))
 
     def reason(self) -> str | None:
         """One line on the first prompt that disagrees; None when all agree."""
-        bad = [a for a in self.agreements if not a.agrees]
-        if not bad:
-            return None
-        a = bad[0]
-        return (
-            f"reference mismatch: {len(bad)} of {len(self.agreements)} prompts disagree with {self.source}; "
-            f"{a.prompt[:40]!r} first differs at {a.unit} {a.first_mismatch} of {a.compared} "
-            f"(expected {a.expected!r}, got {a.got!r})"
-        )
+        for where, group in (("", self.agreements), (" in the burst", self.burst)):
+            bad = [a for a in group if not a.agrees]
+            if not bad:
+                continue
+            a = bad[0]
+            tie = self.near_tie
+            gap = "" if a.gap is None else f"; the reference's top-1/top-2 gap {a.gap:.3f} > {tie:g}"
+            return (
+                f"reference mismatch{where}: {len(bad)} of {len(group)} prompts disagree with {self.source}; "
+                f"{a.prompt[:40]!r} first differs at {a.unit} {a.first_mismatch} of {a.compared} "
+                f"(expected {a.expected!r}, got {a.got!r}{gap})"
+            )
+        return None
 
 
-def compare(reference: GreedyOutput, output: GreedyOutput, tokens: int) -> Agreement:
-    """Token by token over the first `tokens` positions (by characters when either side lacks ids)."""
+def compare(
+    reference: GreedyOutput, output: GreedyOutput, tokens: int, *, near_tie: float = 0.0
+) -> Agreement:
+    """Token by token over the first `tokens` positions (by characters when either side lacks ids).
+
+    A first difference at a near-tie is agreement up to there: the two tokens are the reference's
+    own top-1 and top-2 there, with logprobs within `near_tie` (nats) of each other (a correct kernel
+    in another reduction order may swap them; what follows a swap is another continuation, so
+    nothing after it is compared). The output's own logprobs are not trusted for this.
+    """
     exp: Sequence[Any]
     got: Sequence[Any]
     if reference.token_ids is not None and output.token_ids is not None:
@@ -89,15 +112,27 @@ def compare(reference: GreedyOutput, output: GreedyOutput, tokens: int) -> Agree
         e = exp[i] if i < len(exp) else None
         g = got[i] if i < len(got) else None
         if e != g:
+            gap = _tie_gap(reference, i, e, g) if unit == "token" else None
+            tie = gap is not None and gap <= near_tie
             return Agreement(
                 prompt=output.prompt,
-                compared=length,
+                compared=i if tie else length,
                 unit=unit,
-                first_mismatch=i,
+                first_mismatch=None if tie else i,
                 expected=_shown(e),
                 got=_shown(g),
+                near_tie_at=i if tie else None,
+                gap=gap,
             )
     return Agreement(prompt=output.prompt, compared=length, unit=unit, first_mismatch=None)
+
+
+def _tie_gap(reference: GreedyOutput, i: int, e: object, g: object) -> float | None:
+    """The reference's logprob gap at position i when the two tokens are its top-1 and top-2 there."""
+    top = reference.top2[i] if reference.top2 is not None and i < len(reference.top2) else ()
+    if len(top) >= 2 and {top[0][0], top[1][0]} == {e, g}:
+        return abs(top[0][1] - top[1][1])
+    return None
 
 
 def _shown(value: object) -> str:
@@ -105,7 +140,7 @@ def _shown(value: object) -> str:
 
 
 def agreements(
-    reference: Sequence[GreedyOutput], outputs: Sequence[GreedyOutput], tokens: int
+    reference: Sequence[GreedyOutput], outputs: Sequence[GreedyOutput], tokens: int, *, near_tie: float = 0.0
 ) -> tuple[Agreement, ...]:
     """One Agreement per prompt of `outputs`; a prompt the reference lacks is a ConfigError."""
     by_prompt = {r.prompt: r for r in reference}
@@ -114,7 +149,7 @@ def agreements(
         raise ConfigError(
             f"reference: no reference answer for prompt(s) {missing!r}; re-record the reference"
         )
-    return tuple(compare(by_prompt[o.prompt], o, tokens) for o in outputs)
+    return tuple(compare(by_prompt[o.prompt], o, tokens, near_tie=near_tie) for o in outputs)
 
 
 def canary_lines(lines: Sequence[str]) -> tuple[str, ...]:
@@ -131,7 +166,9 @@ def write_reference(path: Path, outputs: Sequence[GreedyOutput], *, source: str,
         "format": FILE_FORMAT,
         "source": source,
         "model": model,
-        "answers": [{"prompt": o.prompt, "token_ids": o.token_ids, "text": o.text} for o in outputs],
+        "answers": [
+            {"prompt": o.prompt, "token_ids": o.token_ids, "text": o.text, "top2": o.top2} for o in outputs
+        ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -148,6 +185,7 @@ def read_reference(path: Path) -> tuple[tuple[GreedyOutput, ...], str]:
                 prompt=str(a["prompt"]),
                 token_ids=tuple(int(t) for t in a["token_ids"]) if a.get("token_ids") is not None else None,
                 text=str(a.get("text", "")),
+                top2=_top2(a.get("top2")),
             )
             for a in data["answers"]
         )
@@ -158,26 +196,67 @@ def read_reference(path: Path) -> tuple[tuple[GreedyOutput, ...], str]:
     return answers, str(data.get("source") or path)
 
 
-class ReferenceBook:
-    """The reference answers of one study (or one command): read from a file, or recorded once."""
+def _top2(value: Any) -> tuple[tuple[tuple[int, float], ...], ...] | None:
+    """The top-2 logprobs of a reference file's answer (absent in files of earlier releases)."""
+    if not isinstance(value, list):
+        return None
+    return tuple(tuple((int(t), float(lp)) for t, lp in pos) for pos in value)
 
-    def __init__(self, settings: ReferenceSettings, run_dir: Path | None) -> None:
+
+class ReferenceBook:
+    """The reference answers of one study: read from a file, or (`source: first`) recorded once.
+
+    A study's reference belongs to the study: it is kept per study name under the run directory
+    (`references/<study>.json`), and only the study's own run records it (`record=True`); a one-off
+    `tuner trial` or `confirm` reads the study's reference when there is one and never writes it.
+    A run directory of an earlier release kept one `reference.json`; it is still read.
+    """
+
+    def __init__(
+        self,
+        settings: ReferenceSettings,
+        run_dir: Path | None,
+        *,
+        study: str | None = None,
+        record: bool = True,
+    ) -> None:
         self.settings = settings
+        self.may_record = record
+        self.legacy: Path | None = None
         if settings.source is ReferenceSource.FILE:
             assert settings.path is not None
             self.path: Path | None = Path(settings.path)
+        elif run_dir is None:
+            self.path = None
         else:
-            self.path = None if run_dir is None else Path(run_dir) / "reference.json"
+            self.legacy = Path(run_dir) / "reference.json"
+            own = Path(run_dir) / "references" / f"{_file_name(study)}.json" if study is not None else None
+            self.path = own or self.legacy
+
+    def _readable(self) -> Path | None:
+        if self.path is not None and self.path.exists():
+            return self.path
+        if self.legacy is not None and self.legacy.exists():
+            return self.legacy
+        return None
 
     def answers(self) -> tuple[tuple[GreedyOutput, ...], str] | None:
         """The reference and where it came from; None while `source: first` has recorded none yet."""
-        if self.path is None or (self.settings.source is ReferenceSource.FIRST and not self.path.exists()):
-            return None
-        return read_reference(self.path)
+        if self.settings.source is ReferenceSource.FILE:
+            assert self.path is not None
+            return read_reference(self.path)
+        path = self._readable()
+        return None if path is None else read_reference(path)
 
     def record(self, outputs: Sequence[GreedyOutput], model: str | None) -> bool:
-        """Make `outputs` the study's reference (source: first only); False when there is nowhere to."""
-        if self.settings.source is not ReferenceSource.FIRST or self.path is None:
+        """Make `outputs` the study's reference (source: first, the study's own run only); False when not."""
+        if self.settings.source is not ReferenceSource.FIRST or self.path is None or not self.may_record:
             return False
-        write_reference(self.path, outputs, source="the first trial to pass the gate", model=model)
+        source = "the first trial of the study to pass the gate"
+        write_reference(self.path, outputs, source=source, model=model)
         return True
+
+
+def _file_name(study: str) -> str:
+    """A study name as a file name (names are the user's: anything but letters, digits, `.-_` becomes `_`)."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in study) or "study"

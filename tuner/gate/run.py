@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -41,9 +42,11 @@ from tuner.gate.checks import (
     summarize,
     validate_settings,
 )
+from tuner.gate.load import BURST_TRIES, BurstLoad, client_overlap
 from tuner.gate.reference import GreedyOutput, ReferenceBook, ReferenceCheck, agreements
 from tuner.gate.settings import GatePrompt, GateSettings
 from tuner.sglang.auth import ServerAuth, httpx_auth
+from tuner.sglang.batch_lines import running_requests
 
 __all__ = [
     "DEFAULT_BURST_SIZE",
@@ -84,6 +87,7 @@ def gate(
     reference: ReferenceBook | None = None,
     stop: Callable[[], bool] | None = None,
     auth: ServerAuth | None = None,
+    log_lines: Callable[[], Sequence[str]] | None = None,
 ) -> GateResult:
     """Run the gate from synchronous code (a fresh event loop; not from inside a running one)."""
     return asyncio.run(
@@ -98,6 +102,7 @@ def gate(
             reference=reference,
             stop=stop,
             auth=auth,
+            log_lines=log_lines,
         )
     )
 
@@ -114,6 +119,7 @@ async def run_gate(
     reference: ReferenceBook | None = None,
     stop: Callable[[], bool] | None = None,
     auth: ServerAuth | None = None,
+    log_lines: Callable[[], Sequence[str]] | None = None,
 ) -> GateResult:
     """Ask every prompt sequentially, then as a burst, and judge the answers; then the reference check.
 
@@ -121,7 +127,8 @@ async def run_gate(
     so far; `server_died` is set by whoever watches the server process; `reference` holds the
     reference answers of `settings.reference` (None: the check only records this server's outputs);
     `stop` returns True once the run should end (a stop request): the requests in flight are
-    cancelled and the caller acts on it.
+    cancelled and the caller acts on it. `log_lines` returns the server's log lines since the gate
+    began: the scheduler's batch lines say how many requests it really ran at once during the burst.
     """
     validate_settings(settings)
     if not settings.enabled:
@@ -134,6 +141,7 @@ async def run_gate(
     started = time.perf_counter()
     run = _Run(settings=settings, burst_size=choose_burst_size(settings, captured_bs), model=model)
     run.book = reference
+    run.log_lines = log_lines
     nan_lines: Callable[[], Sequence[str]] = nan_log_lines or tuple
     timeout = httpx.Timeout(settings.timeout_s, connect=min(CONNECT_TIMEOUT_S, settings.timeout_s))
     limits = httpx.Limits(max_connections=run.burst_size, max_keepalive_connections=run.burst_size)
@@ -167,6 +175,9 @@ async def run_gate(
     check = run.reference
     if verdict is GateVerdict.PASSED and check is not None and not check.passed:
         verdict, reason = GateVerdict.WRONG_ANSWER, check.reason()
+    load = run.load
+    if verdict is GateVerdict.PASSED and load is not None and not load.reached_target:
+        verdict, reason = GateVerdict.INCONCLUSIVE, load.reason()
     result = GateResult(
         verdict=verdict,
         reason=reason,
@@ -176,6 +187,7 @@ async def run_gate(
         duration_s=time.perf_counter() - started,
         model=run.model,
         reference=check,
+        load=load,
     )
     log.info(
         "gate %s in %.1f s: %s",
@@ -221,9 +233,12 @@ class _Run:
         self.burst_started = False
         self.book: ReferenceBook | None = None
         self.reference: ReferenceCheck | None = None
+        self.log_lines: Callable[[], Sequence[str]] | None = None
+        self.spans: list[tuple[float, float]] = []  # (sent, answered) of the current burst's requests
+        self.load: BurstLoad | None = None
 
     async def rounds(self, client: httpx.AsyncClient, nan_lines: Callable[[], Sequence[str]]) -> str | None:
-        """Both rounds; returns a reason when the gate could not start at all."""
+        """Sequential prompts, the reference, then the burst; a reason when the gate could not start."""
         if self.model is None:
             try:
                 self.model = await _model_id(client)
@@ -231,18 +246,66 @@ class _Run:
                 return one_line(f"could not read the model id from /v1/models: {_describe(exc)}")
         for i, prompt in enumerate(self.settings.prompts):
             await self._ask(client, prompt, GateRound.SEQUENTIAL, i)
-        if any(a.verdict is not GateVerdict.PASSED for a in self.answers) or nan_lines():
+        if not self._passing(nan_lines):
             return None  # the gate has failed already; on a real model the burst would cost minutes more
-        if self.settings.prompts:
-            self.burst_started = True
-            prompts = burst_prompts(self.settings.prompts, self.burst_size)
-            await asyncio.gather(*(self._ask(client, p, GateRound.BURST, i) for i, p in enumerate(prompts)))
-        if self.settings.reference.enabled and all(a.verdict is GateVerdict.PASSED for a in self.answers):
+        if self.settings.reference.enabled:
             try:
                 self.reference = await self._agreement(client)
             except (httpx.HTTPError, ValueError) as exc:
                 return one_line(f"reference check: greedy outputs from /generate failed: {_describe(exc)}")
+            if not self.reference.passed:
+                return None
+        try:
+            await self._bursts(client, nan_lines)
+        except (httpx.HTTPError, ValueError) as exc:
+            return one_line(f"reference burst: greedy outputs from /generate failed: {_describe(exc)}")
         return None
+
+    def _passing(self, nan_lines: Callable[[], Sequence[str]]) -> bool:
+        return all(a.verdict is GateVerdict.PASSED for a in self.answers) and not nan_lines()
+
+    async def _bursts(self, client: httpx.AsyncClient, nan_lines: Callable[[], Sequence[str]]) -> None:
+        """The burst, again while it did not reach the target concurrency (a starved client sends
+        one by one), at most BURST_TRIES times; what it reached is kept either way."""
+        if not self.settings.prompts and self.reference is None:
+            return
+        self.burst_started = True
+        for attempt in range(1, BURST_TRIES + 1):
+            before = len(self.log_lines()) if self.log_lines is not None else 0
+            self.spans = []
+            self.answers = [a for a in self.answers if a.round is not GateRound.BURST]
+            if self.settings.prompts:
+                prompts = burst_prompts(self.settings.prompts, self.burst_size)
+                asks = (self._ask(client, p, GateRound.BURST, i) for i, p in enumerate(prompts))
+                await asyncio.gather(*asks)
+            else:
+                await self._reference_burst(client)
+            server = running_requests(self.log_lines()[before:]) if self.log_lines is not None else None
+            self.load = BurstLoad(
+                target=self.burst_size, client=client_overlap(self.spans), server=server, tries=attempt
+            )
+            failed = self.reference is not None and not self.reference.passed
+            if self.load.reached_target or failed or not self._passing(nan_lines):
+                return
+            log.warning("gate burst: %s; trying again", self.load.reason())
+
+    async def _reference_burst(self, client: httpx.AsyncClient) -> None:
+        """The reference prompts cycled to a burst of `burst_size` greedy requests, each judged."""
+        assert self.reference is not None
+        wanted = self.settings.reference
+        prompts = [wanted.prompts[i % len(wanted.prompts)] for i in range(self.burst_size)]
+        outputs = await asyncio.gather(*(self._timed_greedy(client, p) for p in prompts))
+        known = self.book.answers() if self.book is not None else None
+        trusted = known[0] if known is not None else self.reference.outputs  # recording: this server's own
+        burst = agreements(trusted, outputs, wanted.tokens, near_tie=wanted.near_tie)
+        self.reference = replace(self.reference, burst=burst)
+
+    async def _timed_greedy(self, client: httpx.AsyncClient, prompt: str) -> GreedyOutput:
+        t0 = time.perf_counter()
+        try:
+            return await _greedy(client, prompt, self.settings.reference.tokens)
+        finally:
+            self.spans.append((t0, time.perf_counter()))
 
     async def _agreement(self, client: httpx.AsyncClient) -> ReferenceCheck:
         """This server's greedy outputs against the reference (or recorded as the reference)."""
@@ -251,10 +314,15 @@ class _Run:
         known = self.book.answers() if self.book is not None else None
         if known is None:
             recorded = self.book is not None and self.book.record(outputs, self.model)
-            return ReferenceCheck(source="this server", outputs=outputs, recorded=recorded)
+            return ReferenceCheck(
+                source="this server", outputs=outputs, recorded=recorded, near_tie=wanted.near_tie
+            )
         answers, source = known
         return ReferenceCheck(
-            source=source, outputs=outputs, agreements=agreements(answers, outputs, wanted.tokens)
+            source=source,
+            outputs=outputs,
+            agreements=agreements(answers, outputs, wanted.tokens, near_tie=wanted.near_tie),
+            near_tie=wanted.near_tie,
         )
 
     async def _ask(
@@ -279,7 +347,10 @@ class _Run:
             }
             self.answers.append(GateAnswer(**where, **stopped))
             raise
-        self.answers.append(GateAnswer(**where, **fields, latency_s=time.perf_counter() - t0))
+        t1 = time.perf_counter()
+        if round_ is GateRound.BURST:
+            self.spans.append((t0, t1))
+        self.answers.append(GateAnswer(**where, **fields, latency_s=t1 - t0))
 
 
 async def _greedy(client: httpx.AsyncClient, prompt: str, tokens: int) -> GreedyOutput:
@@ -288,6 +359,7 @@ async def _greedy(client: httpx.AsyncClient, prompt: str, tokens: int) -> Greedy
         "text": prompt,
         "sampling_params": {"temperature": 0, "max_new_tokens": tokens},
         "return_logprob": True,  # meta_info.output_token_logprobs carries the ids where output_ids is absent
+        "top_logprobs_num": 2,  # the top-1/top-2 gap per position tells a near-tie
         "stream": False,
     }
     response = await client.post("/generate", json=payload)
@@ -300,7 +372,21 @@ async def _greedy(client: httpx.AsyncClient, prompt: str, tokens: int) -> Greedy
         logprobs = (body.get("meta_info") or {}).get("output_token_logprobs")
         ids = [entry[1] for entry in logprobs] if isinstance(logprobs, list) else None
     token_ids = tuple(int(t) for t in ids) if isinstance(ids, list) else None
-    return GreedyOutput(prompt=prompt, token_ids=token_ids, text=str(body.get("text", "")))
+    top2 = _top2((body.get("meta_info") or {}).get("output_top_logprobs"))
+    return GreedyOutput(prompt=prompt, token_ids=token_ids, text=str(body.get("text", "")), top2=top2)
+
+
+def _top2(value: object) -> tuple[tuple[tuple[int, float], ...], ...] | None:
+    """SGLang's meta_info.output_top_logprobs (per position: [logprob, token id, text], most likely
+    first) as (token id, logprob) pairs; None when absent or not of that shape."""
+    if not isinstance(value, list):
+        return None
+    try:
+        return tuple(
+            tuple((int(entry[1]), float(entry[0])) for entry in (pos or [])[:2]) for pos in value
+        )
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 async def _post(client: httpx.AsyncClient, prompt: GatePrompt, payload: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from tuner.names import one_line
 from tuner.report.export import Profile, Spread, knob_line
 from tuner.secrets import REDACTED, is_secret_env, is_secret_flag, redact_argv, redact_env
 from tuner.sglang.config_yaml import config_yaml
-from tuner.sglang.options import OptionTable
+from tuner.sglang.options import OptionTable, version_key
 from tuner.store.codec import to_jsonable
 
 __all__ = ["FORMATS", "launch_flags", "render", "render_json", "render_sh", "render_yaml", "split_launcher"]
@@ -197,12 +197,35 @@ def render_sh(profile: Profile, table: OptionTable) -> str:
             out.append(f"export {key}")
         else:
             out.append(f"export {key}={_word(value)}")
-    head, interpreter = _portable_launcher(launcher)
-    if interpreter:
-        out.insert(-2, f"# The study ran {interpreter}; PYTHON=/path/to/python bash this.sh to choose one.")
+    head, note = entrypoint(launcher, profile.sglang_version)
+    if note:
+        out.insert(-2, note)
     body = [head, *_flag_lines(flags)]
     out.append("exec " + " \\\n    ".join(body))
     return "\n".join(out) + "\n"
+
+
+SERVE_SINCE = (0, 5, 10)  # `sglang serve` (a console script since 0.5.5) is the recommended entrypoint
+_MODULE = ("-m", "sglang.launch_server")
+
+
+def entrypoint(launcher: Sequence[str], version: str) -> tuple[str, str | None]:
+    """The shell words that start the server of `version`, and a comment when they are not the study's.
+
+    From 0.5.10 SGLang warns that `python -m sglang.launch_server` "is still supported, but 'sglang
+    serve' is the recommended entrypoint" (`sglang/launch_server.py`); both parse the same flags and
+    run the same server (`sglang/cli/serve.py`), so the export writes the recommended one there.
+    """
+    if tuple(launcher[-2:]) == _MODULE and version_key(version)[:3] >= SERVE_SINCE:
+        note = (
+            f"# SGLang {version} recommends `sglang serve` (the study ran {' '.join(launcher[-3:])}, "
+            "the same server); SGLANG=/path/to/sglang bash this.sh to choose one."
+        )
+        return '"${SGLANG:-sglang}" serve', note
+    head, interpreter = _portable_launcher(launcher)
+    if interpreter is None:
+        return head, None
+    return head, f"# The study ran {interpreter}; PYTHON=/path/to/python bash this.sh to choose one."
 
 
 def _portable_launcher(launcher: Sequence[str]) -> tuple[str, str | None]:
@@ -221,6 +244,10 @@ def _portable_launcher(launcher: Sequence[str]) -> tuple[str, str | None]:
 # -------------------------------------------------------------------------------------- YAML
 
 
+def _yaml_launcher(version: str) -> str:
+    return "sglang serve" if version_key(version)[:3] >= SERVE_SINCE else "python -m sglang.launch_server"
+
+
 def render_yaml(profile: Profile, table: OptionTable) -> str:
     """The SGLang `--config` file of the trial's flags (hyphenated keys; host, port and secrets left out)."""
     flags = launch_flags(profile, table, address=False)
@@ -232,7 +259,7 @@ def render_yaml(profile: Profile, table: OptionTable) -> str:
         raise ProfileError(f"--format yaml for trial {profile.trial}: {exc}") from exc
     notes = [
         "",
-        f"Use: python -m sglang.launch_server --config THIS.yaml --host HOST --port PORT"
+        f"Use: {_yaml_launcher(profile.sglang_version)} --config THIS.yaml --host HOST --port PORT"
         f" (the trial listened on {profile.host}:{profile.port}); command-line flags override this file.",
     ]
     if secret:

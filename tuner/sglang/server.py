@@ -228,13 +228,14 @@ class ServerProcess:
         if kv and state.max_total_num_tokens and abs(kv - state.max_total_num_tokens) > 0.01 * kv:
             log.warning("KV tokens differ: server info says %d, log says %d", kv, state.max_total_num_tokens)
         assert self._started_at is not None
+        graphs, graph_sizes = _graphs(info, state)
         return ServerFacts(
             base_url=self.spec.base_url,
             startup_s=self._clock() - self._started_at,
             kv_tokens=kv if kv is not None else state.max_total_num_tokens,
             kv_tokens_log=state.max_total_num_tokens or state.kv_tokens_log,
-            captured_bs=state.captured_bs,
-            cuda_graph=state.cuda_graph,
+            captured_bs=graph_sizes,
+            cuda_graph=graphs,
             available_gpu_mem_gb=state.available_gpu_mem_gb,
             sparse_backends=state.backends,
             weights_gb=state.weights_gb,
@@ -319,6 +320,16 @@ class ServerProcess:
                 log.error("cannot write the server log %s: %s", self.spec.log_path, exc.strerror or exc)
 
 
+def _graphs(info: dict[str, Any] | None, state: logs.LogState) -> tuple[bool | None, tuple[int, ...] | None]:
+    """Decode graphs as the server resolved them: /server_info first, the log where it says more."""
+    graphs, sizes = decode_graphs(info) if info else (None, None)
+    if graphs is None:
+        return state.cuda_graph, state.captured_bs
+    if graphs and state.captured_bs and sizes is not None and len(sizes) == 1 and len(state.captured_bs) > 1:
+        return graphs, state.captured_bs  # the payload gave only the largest size; the log the list
+    return graphs, sizes
+
+
 def _kv_tokens(info: dict[str, Any]) -> int | None:
     """max_total_num_tokens from a /server_info payload of any version."""
     for holder in (info, info.get("scheduler_info") or {}):
@@ -351,16 +362,44 @@ def server_info(
 
 
 def captured_sizes(base_url: str, auth: ServerAuth | None = None) -> tuple[int, ...] | None:
-    """The CUDA-graph batch sizes a running server was started with (its server args); None if unknown."""
-    info = server_info(base_url, auth=auth) or {}
+    """The decode CUDA-graph batch sizes of a running server (its resolved args); None if unknown."""
+    enabled, sizes = decode_graphs(server_info(base_url, auth=auth) or {})
+    return sizes if enabled is not False else None
+
+
+def decode_graphs(info: dict[str, Any]) -> tuple[bool | None, tuple[int, ...] | None]:
+    """(decode graphs on?, the resolved decode capture list) from a /server_info payload of any release.
+
+    From 0.5.14 the resolved setting is `cuda_graph_config.decode` (`backend` "disabled" when SGLang
+    turned graphs off, e.g. for torch_native attention, and `bs`, the list it captured); the flat
+    `cuda_graph_max_bs_decode` is only what was asked. Before, the flat `disable_cuda_graph` and
+    `cuda_graph_bs` / `cuda_graph_max_bs` are the resolved args. None where the payload does not say.
+    """
+    config = info.get("cuda_graph_config")
+    decode = config.get("decode") if isinstance(config, dict) else None
+    if isinstance(decode, dict):
+        if str(decode.get("backend", "")).lower() == "disabled":
+            return False, None
+        sizes = _int_list(decode.get("bs"))
+        if sizes:
+            return True, sizes
+        top = decode.get("max_bs")
+        if isinstance(top, int) and not isinstance(top, bool) and top > 0:
+            return True, (top,)
     if info.get("disable_cuda_graph") or info.get("disable_decode_cuda_graph"):
-        return None
+        return False, None
     for key in ("cuda_graph_bs_decode", "cuda_graph_bs"):
-        sizes = info.get(key)
-        if isinstance(sizes, list) and sizes and all(isinstance(b, int) for b in sizes):
-            return tuple(sizes)
+        sizes = _int_list(info.get(key))
+        if sizes:
+            return True, sizes
     for key in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"):
         top = info.get(key)
-        if isinstance(top, int) and top > 0:
-            return (top,)
+        if isinstance(top, int) and not isinstance(top, bool) and top > 0:
+            return True, (top,)
+    return None, None
+
+
+def _int_list(value: object) -> tuple[int, ...] | None:
+    if isinstance(value, list) and value and all(type(b) is int for b in value):
+        return tuple(sorted(set(value)))
     return None

@@ -190,6 +190,8 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
         )
     if launch.graphs:
         before = mem.avail_mib
+        for line in logfmt.prefill_capture(launch, before):  # 0.5.17's breakable prefill graphs come first
+            log.info(line)
         log.info(logfmt.capture_begin(launch, before))
         if inject.hang_at == "capture":
             _hang()

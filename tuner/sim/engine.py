@@ -191,6 +191,7 @@ class Engine:
 
     def _finish_prefill(self, step: Step) -> None:
         garbage = self._l.behaviour == "garbage"
+        decoding = len(self.running)  # SGLang logs the requests running beside the new ones, not with them
         for r in self.sched.commit(step):
             self._emit(r, garbage=garbage)
         dt = step.dt_s
@@ -200,7 +201,7 @@ class Engine:
                 len(step.done),
                 step.prefill_tokens,
                 self.used_tokens / max(1, self.capacity_tokens),
-                len(self.running),
+                decoding,
                 len(self.waiting),
                 step.prefill_tokens / dt if dt > 0 else 0.0,
             )

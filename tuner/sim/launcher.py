@@ -28,7 +28,7 @@ from tuner.sim import logfmt, memory, statefiles
 from tuner.sim.child import ChildJob, run_child
 from tuner.sim.engine import Engine, Request
 from tuner.sim.faults import BenchFaults
-from tuner.sim.resolve import Launch, at_least, resolve_launch
+from tuner.sim.resolve import GRAPH_FREE_BACKENDS, Launch, at_least, graph_free_backend, resolve_launch
 from tuner.sim.routes import make_app
 from tuner.sim.scenario import PLATFORMS, Scenario, load_scenario
 from tuner.sim.state import ServerState
@@ -147,6 +147,10 @@ def _run(
             "--enable-nan-detection is deprecated. "
             "Use SGLANG_SPEC_NAN_DETECTION=1 and SGLANG_SPEC_OOB_DETECTION=1 instead."
         )
+    backend = graph_free_backend(launch.args)
+    if backend is not None:
+        what = GRAPH_FREE_BACKENDS[backend]
+        log.warning(f"Cuda graph is disabled because of using {what} attention backend")
     log.info(logfmt.server_args_line(launch.args))
     if scenario.model.sparse_attention:
         log.info(logfmt.backends_line(launch))
@@ -267,6 +271,9 @@ async def _serve(
         if not at_least(launch.version, "0.5.20"):
             _kill_tree_and_self(None)  # 0.5.9's shutdown ends with SIGKILL of the launcher itself
     elif child.pid and child.is_alive():  # SIGINT: stop now; the children are killed, not asked
+        if at_least(launch.version, "0.5.17"):
+            for line in logfmt.sigint_shutdown(os.getpid(), child.pid):  # what 0.5.17 prints on an H200
+                log.info(line)
         os.kill(child.pid, signal.SIGKILL)
     watch.cancel()
     engine.kill()

@@ -52,11 +52,35 @@ def pool_end(avail_mib: float) -> str:
     return f"Memory pool end. avail mem={gb(avail_mib)} GB"
 
 
+def prefill_capture(launch: Launch, avail_mib: float) -> tuple[str, ...]:
+    """0.5.17 (an H200) captures breakable prefill graphs before the decode ones (its default); the
+    simulator holds no memory for them, so they take none here."""
+    config = launch.args.get("cuda_graph_config")
+    prefill = config.get("prefill") if isinstance(config, dict) else None
+    if not at_least(launch.version, "0.5.17") or not isinstance(prefill, dict):
+        return ()
+    if prefill.get("backend") != "breakable":
+        return ()
+    top = int(prefill.get("max_bs") or 0)
+    sizes = [n for n in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if n < top] + [top]
+    return (
+        f"Capture target prefill CUDA graph begin. backend=breakable, num_tokens={sizes}, "
+        f"avail mem={gb(avail_mib)} GB",
+        "Capture target prefill CUDA graph end. elapsed=0.00 s, mem usage=0.00 GB, "
+        f"avail mem={gb(avail_mib)} GB.",
+    )
+
+
 def capture_begin(launch: Launch, avail_mib: float) -> str:
     bs = list(launch.captured_bs)
     if at_least(launch.version, "0.5.22"):
         return (
             "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
+            f"avail mem={gb(avail_mib)} GB"
+        )
+    if at_least(launch.version, "0.5.17"):  # as 0.5.17 prints it on an H200
+        return (
+            f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs={bs}, "
             f"avail mem={gb(avail_mib)} GB"
         )
     if at_least(launch.version, "0.5.14"):
@@ -153,6 +177,24 @@ def sigterm_received() -> str:
 
 def gracefully_exiting(remaining: int) -> str:
     return f"Gracefully exiting... Remaining number of requests {remaining}. Waiting for them to finish."
+
+
+def sigint_shutdown(pid: int, child_pid: int) -> tuple[str, ...]:
+    """What SGLang 0.5.17 prints when SIGINT stops a healthy server (real H200 logs): the children's
+    KeyboardInterrupt, uvicorn's shutdown, then a child reported "crashed" by the tree kill. Noise:
+    nothing in it is a failure of the configuration."""
+    return (
+        "Traceback (most recent call last):",
+        '  File "zmq/backend/cython/_zmq.py", line 179, in zmq.backend.cython._zmq._check_rc',
+        "    PyErr_CheckSignals()",
+        "KeyboardInterrupt",
+        "INFO:     Shutting down",
+        "INFO:     Waiting for application shutdown.",
+        "INFO:     Application shutdown complete.",
+        f"INFO:     Finished server process [{pid}]",
+        f"kill_process_tree called: parent_pid={pid}, include_parent=False, pid={pid}",
+        subprocess_crashed("detokenizer", child_pid + 1, -9),
+    )
 
 
 def subprocess_crashed(name: str, pid: int, code: int) -> str:

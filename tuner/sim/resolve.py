@@ -132,6 +132,16 @@ class _Graphs:
     max_bs: int | None  # the largest size SGLang would capture (also when graphs are off)
 
 
+GRAPH_FREE_BACKENDS = {"torch_native": "torch native", "flex_attention": "torch Flex Attention"}
+
+
+def graph_free_backend(given: dict[str, Any]) -> str | None:
+    """The attention backend for which SGLang disables CUDA graphs ("Cuda graph is disabled because of
+    using torch native attention backend"), or None."""
+    backend = given.get("attention_backend")
+    return backend if backend in GRAPH_FREE_BACKENDS else None
+
+
 def _graphs(version: str, given: dict[str, Any], default_max_bs: int) -> _Graphs:
     """The decode graphs SGLang captures for these flags."""
     graphs, bs_list, max_bs = _graph_settings(version, given)
@@ -234,18 +244,43 @@ def _server_args(
         chunked_prefill_size=chunk,
         max_running_requests=given.get("max_running_requests"),
         kv_cache_dtype=backends.kv_dtype,
-        disable_cuda_graph=not graphs.enabled,
+        disable_cuda_graph=not graphs.enabled
+        and not (at_least(version, "0.5.14") and graph_free_backend(given) is not None),
     )
     args["tp_size" if at_least(version, "0.5.14") else "tensor_parallel_size"] = tp
     bs_key = "cuda_graph_bs_decode" if at_least(version, "0.5.14") else "cuda_graph_bs"
     args[bs_key] = list(graphs.captured) if graphs.enabled else None
     args[bs_key.replace("_bs", "_max_bs")] = int(graphs.max_bs or 0) if graphs.enabled else None
+    if at_least(version, "0.5.14"):
+        args["cuda_graph_config"] = _graph_config(given, graphs, chunk)
+        if graph_free_backend(given) is not None:  # turned off by SGLang: the flat keys stay as asked
+            for key in (bs_key, bs_key.replace("_bs", "_max_bs")):
+                args[key] = given.get(key)
     if scenario.model.sparse_attention:
         prefix = "dsa" if at_least(version, "0.5.13") else "nsa"
         args[f"{prefix}_prefill_backend"] = backends.prefill
         args[f"{prefix}_decode_backend"] = backends.decode
         args["attention_backend"] = given.get("attention_backend") or prefix
     return args
+
+
+def _graph_config(given: dict[str, Any], graphs: _Graphs, chunk: int) -> dict[str, Any]:
+    """The resolved `cuda_graph_config` of 0.5.14+ (in the ServerArgs dump and /server_info).
+
+    On 0.5.17 (an H200) the flat `cuda_graph_max_bs_decode` / `disable_*` keys stay as asked; this
+    is what was resolved: a backend SGLang turned off (torch_native) is `disabled` here only.
+    """
+    off = graph_free_backend(given) is not None or bool(given.get("disable_cuda_graph"))
+    decode_bs = list(graphs.captured) or list(memory.default_capture_bs(int(graphs.max_bs or 8)))
+    prefill_off = off or bool(given.get("disable_prefill_cuda_graph"))
+    return {
+        "decode": {
+            "backend": "full" if graphs.enabled else "disabled",
+            "max_bs": int(graphs.max_bs or 0),
+            "bs": decode_bs,
+        },
+        "prefill": {"backend": "disabled" if prefill_off else "breakable", "max_bs": chunk, "bs": None},
+    }
 
 
 def resolve_launch(
@@ -266,6 +301,8 @@ def resolve_launch(
     chunk = int(given.get("chunked_prefill_size") or default_chunk)
     max_running = given.get("max_running_requests")
     graphs = _graphs(version, given, default_max_bs)
+    if graph_free_backend(given) is not None:  # SGLang turns graphs off for these, whatever was asked
+        graphs = replace(graphs, enabled=False, captured=())
     fraction = given.get("mem_fraction_static")
     if fraction is None:
         graph_bs = int(graphs.max_bs or 0) if graphs.enabled else 0

@@ -140,6 +140,8 @@ def trial_row(
     launch_rest = None
     if launch is not None:
         launch_rest = {k: v for k, v in fields_of(launch).items() if k not in ("argv", "env")}
+        if result.effective is not None:  # what SGLang reports it ran, where that is not the request
+            launch_rest.update(effective=to_jsonable(result.effective), effective_key=result.effective_key)
     row: dict[str, Any] = {
         "study": study,
         "trial_number": trial_number,

@@ -73,7 +73,7 @@ def confirm(
         ids: list[int] = []
         outcomes: list[Outcome] = []
         interrupted = False
-        with trial_session(space) as ctx:
+        with trial_session(space, study=name) as ctx:
             for i in range(1, repeats + 1):
                 label = f"confirm-{number if number is not None else original.id:04d}-{i}"
                 prepared = prepare_launch(config, ctx, label=label)

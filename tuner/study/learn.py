@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -43,7 +44,12 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
     if gate is not None and failure is not None:
         rounds = {(a.round.value, a.verdict.value) for a in gate.answers}
         sequential_ok = not any(r == "sequential" and v != "passed" for r, v in rounds)
+    effective = result.effective.cuda_graph if result.effective is not None else None
     return {
+        # what SGLang reports it ran, when that differs from the request: the rules learn from it
+        "effective_key": result.effective_key,
+        "effective_graphs": None if result.effective is None else (effective is None or effective.enabled),
+        "effective_graph_max_bs": None if effective is None else effective.effective_max_bs,
         "stage": failure.stage if failure else None,
         "failure_backend": failure.backend if failure else None,
         "failure_backend_role": failure.backend_role if failure else None,
@@ -62,9 +68,13 @@ def evidence_of(space: SearchSpace, trial: FrozenTrial) -> Evidence | None:
         config = config_from_params(space, trial.params)
     except (ValueError, ConfigError):
         return None
+    knobs = knobs_of(config)
+    if isinstance(attrs.get("effective_graphs"), bool):  # learned as what ran, not as what was asked
+        top = _int(attrs.get("effective_graph_max_bs"))
+        knobs = replace(knobs, graphs=attrs["effective_graphs"], graph_max_bs=top)
     return Evidence(
         trial=trial.number,
-        knobs=knobs_of(config),
+        knobs=knobs,
         outcome=outcome,
         stage=_str(attrs.get("stage")),
         message=str(attrs.get("failure_message") or ""),
@@ -115,7 +125,7 @@ def measured_before(trials: Iterable[FrozenTrial], chash: str, *, exclude: int) 
         if (
             t.state is TrialState.COMPLETE
             and t.number != exclude
-            and attrs.get("cfg_hash") == chash
+            and chash in (attrs.get("cfg_hash"), attrs.get("effective_key"))
             and launched(attrs)
         ):
             return t

@@ -160,7 +160,9 @@ class StudyRunner:
         ran = idle = 0
         interrupted = waited = False
         exhausted: str | None = None
-        with store_guard(self.store, self.watch), trial_session(self.space, progress=self.progress) as ctx:
+        with store_guard(self.store, self.watch), trial_session(
+            self.space, progress=self.progress, study=self.study.study_name, record_reference=True
+        ) as ctx:
             self._prepare(ctx)
             while not self.stop_requested.is_set():
                 # reliability: safe point of the loop (a stop asked between trials), store still there

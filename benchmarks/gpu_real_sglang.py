@@ -1,0 +1,382 @@
+"""Real SGLang on one GPU: the tuner's benchmark against SGLang's own bench_serving, and the GPU checks.
+
+    python benchmarks/gpu_real_sglang.py all --tokenizer DIR --out OUT      # model + tests + bench + report
+    python benchmarks/gpu_real_sglang.py model --tokenizer DIR --out MODEL  # the 8B-class dummy model folder
+    python benchmarks/gpu_real_sglang.py bench --model MODEL --out OUT [--rounds 3]
+    python benchmarks/gpu_real_sglang.py report --out OUT                   # report.md again from OUT's files
+
+Needs one NVIDIA GPU with ~40 GiB free, SGLang importable in this Python (`pip install sglang`, or the
+recipe's site on PYTHONPATH), nvidia-ml-py, and the project (run it from the repository root). The
+model is an 8B-class Llama config launched with `--load-format dummy` (SGLang initialises ~15 GiB of
+weights itself; nothing is downloaded); its tokenizer is taken from `--tokenizer DIR` (any folder with
+a Llama-style tokenizer.json: the recipe's `make_tiny.py` writes one offline).
+
+`bench` starts one server (triton attention, decode graphs up to 32, prefill graphs off, fraction 0.85) and
+measures the
+same workload (random token ids, 512 in / 128 out, concurrency 16, 160 prompts, warmup 16, cache
+flushed) in turns with the tuner's benchmark and with `python -m sglang.bench_serving --backend
+sglang-oai --dataset-name random-ids --tokenize-prompt`: output throughput and the TTFT / TPOT medians,
+the median of `--rounds` runs each, must agree within 2%. `all` also runs tests/gpu/test_real_sglang.py
+(each launch's outcome, KV tokens, free VRAM, teardown and classification go to OUT/trials.jsonl)
+and writes OUT/report.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from real_sglang_space import gpu_used_mib, sglang_pids, sglang_version, write_model  # noqa: E402
+
+INPUT_LEN, OUTPUT_LEN, CONCURRENCY, PROMPTS = 512, 128, 16, 160
+TOLERANCE = 0.02
+METRICS = (
+    ("output_throughput", "output_throughput"),
+    ("ttft_median_ms", "median_ttft_ms"),
+    ("tpot_median_ms", "median_tpot_ms"),
+)
+SERVER_FLAGS = (
+    "--load-format",
+    "dummy",
+    "--attention-backend",
+    "triton",
+    "--sampling-backend",
+    "pytorch",
+    "--grammar-backend",
+    "none",
+    "--dtype",
+    "bfloat16",
+    "--mem-fraction-static",
+    "0.85",
+    "--cuda-graph-max-bs-decode",
+    "32",
+    "--disable-prefill-cuda-graph",
+    "--log-level",
+    "info",
+)
+# bench_serving imports these at module load for datasets this comparison does not use (MMMU, images,
+# tables); where one is not installed it gets a stand-in that fails only if it is used
+OPTIONAL_IMPORTS = ("datasets", "PIL", "tabulate")
+BENCH_SERVING = f"""
+import importlib, runpy, sys, types
+class _Missing:
+    def __init__(self, name): self._name = name
+    def __getattr__(self, attr): return _Missing(self._name + "." + attr)
+    def __call__(self, *a, **k): raise ImportError(self._name + " is not installed")
+for name in {OPTIONAL_IMPORTS!r}:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        stub = types.ModuleType(name); stub.__getattr__ = lambda attr, n=name: _Missing(n + "." + attr)
+        sys.modules[name] = stub
+sys.argv[0] = "bench_serving"
+runpy.run_module("sglang.bench_serving", run_name="__main__")
+"""
+
+
+def start_server(model: Path, port: int, log: Any) -> Any:
+    """SGLang in its own session (the tuner's ProcessGroup), its output into `log`."""
+    from tuner.sglang.process import ProcessGroup
+
+    argv = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        *SERVER_FLAGS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    return ProcessGroup(argv, env=dict(os.environ), on_line=lambda line: log.write(line + "\n"))
+
+
+def wait_ready(url: str, group: Any, timeout_s: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not group.alive():
+            raise SystemExit("the server exited before it was ready (see server.log)")
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"not ready after {timeout_s:.0f} s")
+
+
+def tuner_bench(url: str) -> dict[str, float]:
+    from tuner.bench.runner import benchmark
+    from tuner.bench.settings import BenchSettings
+
+    settings = BenchSettings.model_validate(
+        {
+            "workload": {
+                "kind": "random",
+                "input_len": INPUT_LEN,
+                "output_len": OUTPUT_LEN,
+                "range_ratio": 1.0,
+                "api": "completions",
+                "seed": 7,
+            },
+            "load_points": [{"concurrency": CONCURRENCY, "num_prompts": PROMPTS}],
+            "warmup_requests": CONCURRENCY,
+            "flush_cache": True,
+        }
+    )
+    result = benchmark(url, settings)
+    m = result.objective_metrics
+    assert m is not None and m.completed == PROMPTS, f"tuner benchmark: {m}"
+    return {
+        "output_throughput": m.output_throughput,
+        "ttft_median_ms": m.ttft.median_ms,
+        "tpot_median_ms": m.tpot.median_ms,
+        "duration_s": m.duration_s,
+        "completed": m.completed,
+    }
+
+
+def bench_serving(url: str, model: Path, out: Path, index: int) -> dict[str, float]:
+    path = out / f"bench_serving-{index}.jsonl"
+    argv = [
+        sys.executable,
+        "-c",
+        BENCH_SERVING,
+        "--backend",
+        "sglang-oai",
+        "--base-url",
+        url,
+        "--model",
+        str(model),
+        "--tokenizer",
+        str(model),
+        "--dataset-name",
+        "random-ids",
+        "--tokenize-prompt",
+        "--random-input-len",
+        str(INPUT_LEN),
+        "--random-output-len",
+        str(OUTPUT_LEN),
+        "--random-range-ratio",
+        "1.0",
+        "--num-prompts",
+        str(PROMPTS),
+        "--max-concurrency",
+        str(CONCURRENCY),
+        "--warmup-requests",
+        str(CONCURRENCY),
+        "--flush-cache",
+        "--seed",
+        str(7 + index),
+        "--disable-tqdm",
+        "--output-file",
+        str(path),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    (out / f"bench_serving-{index}.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0 or not path.exists():
+        raise SystemExit(f"bench_serving failed (rc {done.returncode}): {done.stderr[-800:]}")
+    row = json.loads(path.read_text().strip().splitlines()[-1])
+    return {name: float(row[key]) for name, key in METRICS} | {
+        "duration_s": float(row.get("duration", 0)),
+        "completed": row.get("completed"),
+    }
+
+
+def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{port}"
+    baseline, total = gpu_used_mib()
+    log = (out / "server.log").open("w")
+    group = start_server(model, port, log)
+    runs: dict[str, list[dict[str, float]]] = {"tuner": [], "bench_serving": []}
+    try:
+        t0 = time.monotonic()
+        wait_ready(url, group, 600)
+        ready_s = time.monotonic() - t0
+        group.remember_descendants()
+        for r in range(rounds):  # in turns, the order swapped every round
+            order = ("tuner", "bench_serving") if r % 2 == 0 else ("bench_serving", "tuner")
+            for who in order:
+                got = tuner_bench(url) if who == "tuner" else bench_serving(url, model, out, r)
+                runs[who].append(got)
+                print(f"round {r} {who}: " + ", ".join(f"{k} {v:.2f}" for k, v in got.items()), flush=True)
+    finally:
+        report = group.stop(sigint_grace_s=10.0, sigterm_grace_s=10.0)
+        log.close()
+    after, _ = gpu_used_mib()
+    medians = {
+        who: {name: statistics.median(x[name] for x in rows) for name, _ in METRICS}
+        for who, rows in runs.items()
+    }
+    diffs = {name: medians["tuner"][name] / medians["bench_serving"][name] - 1 for name, _ in METRICS}
+    result = {
+        "sglang": sglang_version(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "gpu_total_mib": total,
+        "workload": {
+            "input_len": INPUT_LEN,
+            "output_len": OUTPUT_LEN,
+            "concurrency": CONCURRENCY,
+            "num_prompts": PROMPTS,
+        },
+        "server_flags": SERVER_FLAGS,
+        "ready_s": ready_s,
+        "rounds": rounds,
+        "runs": runs,
+        "medians": medians,
+        "diff": diffs,
+        "within": {k: abs(v) <= TOLERANCE for k, v in diffs.items()},
+        "teardown_signals": list(report.signals_sent),
+        "gpu_used_before_mib": baseline,
+        "gpu_used_after_mib": after,
+        "sglang_left": sglang_pids(),
+    }
+    (out / "bench.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def cmd_all(tokenizer: Path, out: Path, rounds: int, *, tests: str | None, bench: bool) -> int:
+    """The model, the bench comparison, then the GPU checks (`tests`: a pytest -k expression; "" for none)."""
+    out.mkdir(parents=True, exist_ok=True)
+    model = write_model(tokenizer, out / "llama-8b-dummy")
+    ok = True
+    if bench:
+        try:
+            ok = all(cmd_bench(model, out, rounds)["within"].values())
+        except (SystemExit, Exception) as exc:  # the GPU checks still run; the failure is in the report
+            (out / "bench-error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
+            print(f"bench failed: {exc}", flush=True)
+            ok = False
+        write_report(out)
+    if tests != "":
+        env = dict(os.environ, TUNER_REAL_MODEL=str(model), TUNER_REAL_REPORT=str(out / "trials.jsonl"))
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "benchmarks"), env.get("PYTHONPATH", "")])
+        select = ["-k", tests] if tests else []
+        with (out / "pytest.log").open("a") as log:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-v",
+                    "-s",
+                    "-m",
+                    "gpu",
+                    "-p",
+                    "no:cacheprovider",
+                    "-o",
+                    "timeout=1200",  # a launch of an 8B model is a minute, not 120 s
+                    *select,
+                    str(REPO / "tests" / "gpu" / "test_real_sglang.py"),
+                ],
+                env=env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=1800,
+            )
+        ok = ok and done.returncode == 0
+    write_report(out)
+    print((out / "report.md").read_text())
+    return 0 if ok else 1
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def write_report(out: Path) -> None:
+    lines = [f"# Real SGLang on one GPU ({datetime.now(timezone.utc):%Y-%m-%d})", ""]
+    trials = (
+        [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+        if (out / "trials.jsonl").exists()
+        else []
+    )
+    if trials:
+        lines += [
+            "| check | launch | outcome | stage | KV tokens | free VRAM MiB | teardown s | GPU back | note |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for t in trials:
+            lines.append(
+                f"| {t['check']} | {t.get('knobs', '')} | {t.get('outcome')} | {t.get('stage') or '-'} | "
+                f"{t.get('kv_tokens') or '-'} | {t.get('min_free_mib') or '-'} | "
+                f"{_dash(t.get('teardown_s'))} | {t.get('gpu_back', '-')} | "
+                f"{(t.get('note') or '')[:160]} |"
+            )
+        lines.append("")
+    bench_path = out / "bench.json"
+    if bench_path.exists():
+        b = json.loads(bench_path.read_text())
+        lines += [
+            f"SGLang {b['sglang']}, {b['date']}; workload {b['workload']}; "
+            f"server {' '.join(b['server_flags'])}",
+            "",
+            f"| metric (median of {b['rounds']}) | tuner | bench_serving | diff | within 2% |",
+            "|---|---|---|---|---|",
+        ]
+        for name, _ in METRICS:
+            t, s = b["medians"]["tuner"][name], b["medians"]["bench_serving"][name]
+            lines.append(
+                f"| {name} | {t:.2f} | {s:.2f} | {100 * b['diff'][name]:+.2f}% | {b['within'][name]} |"
+            )
+        for who in ("tuner", "bench_serving"):
+            each = "; ".join(", ".join(f"{r[n]:.1f}" for n, _ in METRICS) for r in b["runs"][who])
+            lines.append(f"\n{who} runs (output tok/s, TTFT ms, TPOT ms): {each}")
+        lines.append(
+            f"\nteardown {b['teardown_signals']}; GPU used {b['gpu_used_before_mib']} -> "
+            f"{b['gpu_used_after_mib']} MiB; SGLang processes left: {b['sglang_left'] or 'none'}"
+        )
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("all", "model", "bench", "report"):
+        p = sub.add_parser(name)
+        p.add_argument("--out", type=Path, required=True)
+        if name in ("all", "model"):
+            p.add_argument("--tokenizer", type=Path, required=True)
+        if name == "bench":
+            p.add_argument("--model", type=Path, required=True)
+        if name in ("all", "bench"):
+            p.add_argument("--rounds", type=int, default=3)
+        if name == "all":
+            p.add_argument(
+                "--tests", default=None, help="a pytest -k expression of the GPU checks ('' for none)"
+            )
+            p.add_argument("--no-bench", action="store_true", help="the GPU checks only")
+    args = ap.parse_args(argv)
+    if args.cmd == "model":
+        print(write_model(args.tokenizer, args.out))
+        return 0
+    if args.cmd == "bench":
+        result = cmd_bench(args.model, args.out, args.rounds)
+        write_report(args.out)
+        return 0 if all(result["within"].values()) else 1
+    if args.cmd == "report":
+        write_report(args.out)
+        return 0
+    return cmd_all(args.tokenizer, args.out, args.rounds, tests=args.tests, bench=not args.no_bench)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
