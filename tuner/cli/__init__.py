@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if INTERRUPTS.requested:
             if code != ExitCode.INTERRUPTED:
                 print("interrupted", file=sys.stderr)
-            return ExitCode.INTERRUPTED
+            return INTERRUPTS.exit_code()
         return int(code or 0)
     except TunerError as exc:
         # one line whatever the cause said (a PostgreSQL error spans several): its lines joined
@@ -65,4 +65,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        return INTERRUPTS.exit_code()

@@ -6,9 +6,17 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from tuner.cli.output import check_writable, database_arg, output_folder, positive_int, write_file, written
+from tuner.cli.output import (
+    check_writable,
+    csv_safe,
+    database_arg,
+    output_folder,
+    positive_int,
+    write_file,
+    written,
+)
 from tuner.errors import ConfigError, ExitCode
 
 
@@ -277,19 +285,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     context = context_line(data)
     out = output_folder(args.out, "--out")
 
-    def save(name: str, write: Callable[[Path], object]) -> None:
-        with written(out / name, "--out") as tmp:
-            write(tmp)
+    def save(name: str, write: Callable[[IO[Any]], object]) -> None:
+        with written(out / name, "--out", binary=name.endswith(".png")) as fh:
+            write(fh)
 
-    save("trials.csv", lambda p: frame.to_csv(p, index=False))
-    save("front.csv", lambda p: front_frame(data, front).to_csv(p, index=False))
-    save("failures.csv", lambda p: failures_frame(data.rows).to_csv(p, index=False))
+    save("trials.csv", lambda f: csv_safe(frame).to_csv(f, index=False))
+    save("front.csv", lambda f: csv_safe(front_frame(data, front)).to_csv(f, index=False))
+    save("failures.csv", lambda f: csv_safe(failures_frame(data.rows)).to_csv(f, index=False))
     if data.capacity:
-        save("capacity.csv", lambda p: capacity_frame(data.capacity).to_csv(p, index=False))
+        save("capacity.csv", lambda f: csv_safe(capacity_frame(data.capacity)).to_csv(f, index=False))
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
-    save("importances.csv", importances.table.to_csv)
+    save("importances.csv", lambda f: csv_safe(importances.table).to_csv(f))
     title = f"{data.name}: Pareto front"
     save("pareto.png", lambda p: save_png(pareto_plot(frame, title=title, context=context), p))
     save("history.png", lambda p: save_png(history_plot(frame, context=context), p))

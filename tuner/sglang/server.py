@@ -26,6 +26,7 @@ from tuner.errors import LaunchError
 from tuner.private import open_private, private_dir
 from tuner.sglang import logs
 from tuner.sglang.auth import ServerAuth, auth_from_argv, httpx_auth
+from tuner.sglang.http import SyncClient, json_object
 from tuner.sglang.log_events import Ready
 from tuner.sglang.log_parse import parse_line
 from tuner.sglang.options import version_key
@@ -187,9 +188,7 @@ class ServerProcess:
         t = self.spec.timeouts
         health_path = "/ready" if version_key(self.spec.sglang_version) >= (0, 5, 20, 0) else "/health"
         auth = httpx_auth(auth_from_argv(self.spec.argv))  # readiness and /server_info carry the launch's key
-        with httpx.Client(
-            base_url=self.spec.base_url, timeout=httpx.Timeout(10.0, connect=2.0), auth=auth
-        ) as client:
+        with SyncClient(self.spec.base_url, timeout_s=10.0, connect_s=2.0, auth=auth) as client:
             while True:
                 if check is not None:
                     check()
@@ -213,13 +212,13 @@ class ServerProcess:
                         return facts
                 self.died.wait(t.ready_poll_s)
 
-    def _probe(self, client: httpx.Client, path: str) -> bool:
+    def _probe(self, client: SyncClient, path: str) -> bool:
         try:
             return client.get(path).status_code == 200
         except httpx.HTTPError:
             return False
 
-    def _facts(self, client: httpx.Client) -> ServerFacts | None:
+    def _facts(self, client: SyncClient) -> ServerFacts | None:
         info = self._server_info(client)
         state = self.state
         kv = _kv_tokens(info) if info else None
@@ -241,7 +240,7 @@ class ServerProcess:
             server_version=(info or {}).get("version"),
         )
 
-    def _server_info(self, client: httpx.Client) -> dict[str, Any] | None:
+    def _server_info(self, client: SyncClient) -> dict[str, Any] | None:
         paths = ["/server_info", "/get_server_info"]
         if version_key(self.spec.sglang_version) < (0, 5, 6, 0):
             paths.reverse()
@@ -250,13 +249,9 @@ class ServerProcess:
                 resp = client.get(path)
             except httpx.HTTPError:
                 continue
-            if resp.status_code == 200:
-                try:
-                    data = resp.json()
-                except ValueError:
-                    continue
-                if isinstance(data, dict):
-                    return data
+            data = json_object(resp) if resp.status_code == 200 else None
+            if data is not None:
+                return data
         return None
 
     def _launch_failure(self) -> Failure | None:
@@ -338,15 +333,15 @@ def server_info(
     base_url: str, *, timeout_s: float = 10.0, auth: ServerAuth | None = None
 ) -> dict[str, Any] | None:
     """/server_info (or /get_server_info before 0.5.6) of a running server; None if neither answers."""
-    with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False, auth=httpx_auth(auth)) as client:
-        for path in ("/server_info", "/get_server_info"):
-            try:
-                resp = client.get(path)
-                data = resp.json() if resp.status_code == 200 else None
-            except (httpx.HTTPError, ValueError):
-                continue
-            if isinstance(data, dict):
-                return data
+    client = SyncClient(base_url, timeout_s=timeout_s, auth=httpx_auth(auth))
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            resp = client.get(path)
+        except httpx.HTTPError:
+            continue
+        data = json_object(resp) if resp.status_code == 200 else None
+        if data is not None:
+            return data
     return None
 
 
@@ -357,10 +352,21 @@ def captured_sizes(base_url: str, auth: ServerAuth | None = None) -> tuple[int, 
         return None
     for key in ("cuda_graph_bs_decode", "cuda_graph_bs"):
         sizes = info.get(key)
-        if isinstance(sizes, list) and sizes and all(isinstance(b, int) for b in sizes):
-            return tuple(sizes)
+        if isinstance(sizes, list) and sizes and all(_plausible_bs(b) for b in sizes[:MAX_GRAPH_SIZES]):
+            return tuple(sizes[:MAX_GRAPH_SIZES])
     for key in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"):
         top = info.get(key)
-        if isinstance(top, int) and top > 0:
+        if isinstance(top, int) and _plausible_bs(top):
             return (top,)
+    if any(info.get(k) is not None for k in ("cuda_graph_bs", "cuda_graph_max_bs")):
+        log.warning("the server's CUDA-graph batch sizes are not plausible (1..%d); ignored", MAX_GRAPH_BS)
     return None
+
+
+MAX_GRAPH_BS = 16_384  # SGLang's largest default capture is 1,024 (0.5.23); a batch size beyond is not real
+MAX_GRAPH_SIZES = 4_096
+
+
+def _plausible_bs(value: object) -> bool:
+    """A batch size a server can have captured: an integer 1..MAX_GRAPH_BS (a server's answer, bounded)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GRAPH_BS
