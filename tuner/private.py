@@ -108,3 +108,26 @@ def make_private(path: Path) -> None:
     """Make a file the tuner just wrote owner-only (written by code that does not ask, e.g. a library)."""
     with contextlib.suppress(OSError):
         path.chmod(FILE_MODE)
+
+
+def read_regular(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; OSError otherwise (with a plain strerror).
+
+    Opened without blocking, so a FIFO nobody writes to, a device (/dev/zero) or a folder is refused
+    at once rather than waited on or read forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise OSError(22, f"{kind} (a FIFO, a device or a socket is not read)", str(path))
+        if info.st_size > max_bytes:
+            raise OSError(27, f"larger than {max_bytes:,} bytes ({info.st_size:,})", str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise OSError(27, f"larger than {max_bytes:,} bytes", str(path))
+    return data

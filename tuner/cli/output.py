@@ -145,7 +145,33 @@ def result_json(result: object, secrets: Iterable[str]) -> str:
     if isinstance(launch, dict):
         launch["argv"] = list(redact_argv(launch.get("argv") or ()))
         launch["env"] = redact_env(launch.get("env") or {})
-    return json.dumps(scrub_tree(data, secrets), indent=2, sort_keys=False)
+    return json.dumps(scrub_tree(data, secrets, keep=schema_keys(result)), indent=2, sort_keys=False)
+
+
+def schema_keys(value: object) -> frozenset[str]:
+    """The field names of every dataclass in `value` (the tuner's own schema: `output_tokens_source`,
+    a config's `key`), which name no credential; a field declared `repr=False` (how the tuner marks a
+    secret field, as ServerAuth does) is left out. Keys of plain dicts (an env, params) are data."""
+    import dataclasses
+
+    found: set[str] = set()
+    seen: set[int] = set()
+    todo: list[object] = [value]
+    while todo:
+        item = todo.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            for f in dataclasses.fields(item):
+                if f.repr:
+                    found.add(f.name)
+                todo.append(getattr(item, f.name, None))
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            todo.extend(item)
+    return frozenset(found)
 
 
 def json_text(value: object) -> str:

@@ -237,7 +237,11 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                 f"  {m.title:<18} median {m.show(spread.median):>16}   min {m.show(spread.low):>16}   "
                 f"max {m.show(spread.high):>16}   n={spread.n}"
             )
-    print(f"export it: python -m tuner export --db {url} --study {run.study} --trial {run.trial} --format sh")
+    from tuner.store.connect import mask_url
+
+    shown = mask_url(url)  # a password stays out of the terminal: the user adds it back
+    where = f"--db {shown} --study {run.study} --trial {run.trial}"
+    print(f"export it: python -m tuner export {where} --format sh")
     if run.interrupted:
         return ExitCode.INTERRUPTED
     return 0 if run.all_ok else 1
