@@ -39,6 +39,7 @@ from tuner.bench.settings import Api, RequestTimeouts
 from tuner.bench.sse import SseParser, StreamLimit
 from tuner.bench.types import ErrorClass, RequestRecord
 from tuner.bench.workload import RequestSpec
+from tuner.names import one_line
 from tuner.sglang.auth import NO_AUTH, ServerAuth, httpx_auth
 from tuner.sglang.http import CONTROL_DEADLINE_S, async_client
 
@@ -178,7 +179,7 @@ class RequestSender:
             error, error_text = reason, f"cancelled: {reason.value}"
         except Exception as exc:  # noqa: BLE001 - every failure becomes data
             error = classify(exc, started=flight.status is not None, has_content=acc.events > 0)
-            error_text = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX]
+            error_text = one_line(f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX])
         return acc.record(
             spec,
             label=label,
@@ -226,7 +227,7 @@ async def _read_head(content: aiohttp.StreamReader, limit: int) -> bytes:
 
 
 def _status_text(status: int, body: bytes) -> str:
-    return f"HTTP {status}: {body[:ERROR_TEXT_MAX].decode('utf-8', 'replace')}"
+    return one_line(f"HTTP {status}: {body[:ERROR_TEXT_MAX].decode('utf-8', 'replace')}")
 
 
 def uncancel() -> None:

@@ -44,6 +44,8 @@ def gpu_list(text: str) -> tuple[int, ...]:
 
 
 MAX_COUNT = 1_000_000  # a count on the command line (trials, repeats, points) beyond which nothing is sane
+MAX_REPEATS = 100  # relaunches of one configuration: each takes minutes on a real server
+MAX_LOAD = 1_000_000.0  # requests/s or concurrent requests: far past any server
 
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
@@ -99,15 +101,48 @@ def database_arg(text: str) -> str:
         and (
             parsed.database in (None, "", ":memory:")
             or "mode=memory" in (parsed.database or "")
+            or ":memory:" in (parsed.database or "")  # file::memory:, file:x?mode=memory
             or parsed.query.get("mode") == "memory"
         )
     )
     if memory:
         raise argparse.ArgumentTypeError(
             f"an in-memory database keeps nothing once the command ends; expected a file path such as "
-            f"experiments.db (got {text!r})"
+            f"experiments.db (got {mask_db(text)!r})"
         )
+    if parsed is not None and parsed.get_backend_name() == "sqlite":
+        unknown = sorted(set(parsed.query) - SQLITE_QUERY_ARGS)
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown SQLite URL argument {unknown[0]!r}; "
+                f"expected only {', '.join(sorted(SQLITE_QUERY_ARGS))}"
+            )
     return text
+
+
+# what SQLAlchemy's pysqlite dialect and SQLite's URI filenames take; anything else is a typo
+SQLITE_QUERY_ARGS = frozenset(
+    {
+        "timeout",
+        "isolation_level",
+        "detect_types",
+        "check_same_thread",
+        "cached_statements",
+        "uri",
+        "mode",
+        "cache",
+        "nolock",
+        "immutable",
+        "vfs",
+    }
+)
+
+
+def mask_db(text: str) -> str:
+    """A --db value as it may be printed (its password hidden)."""
+    from tuner.store.connect import mask_url
+
+    return mask_url(text)
 
 
 def study_name(text: str) -> str:
@@ -263,3 +298,32 @@ def csv_safe(frame: Any) -> Any:
             out[column] = out[column].map(csv_cell)
     out.columns = [csv_cell(c) for c in out.columns]
     return out
+
+
+def release(text: str) -> str:
+    """An argparse type: an SGLang release such as 0.5.9 or 0.5.3.post3 (nothing else reaches a table,
+    a file name or a script)."""
+    import re
+
+    from tuner.sglang.knobs import VERSION_PATTERN
+
+    if not re.fullmatch(VERSION_PATTERN, text.strip()):
+        raise argparse.ArgumentTypeError(f"expected an SGLang release such as 0.5.9 (got {text[:40]!r})")
+    return text.strip()
+
+
+def server_url(text: str) -> str:
+    """An argparse type: the http(s) URL of a server, such as http://127.0.0.1:30000."""
+    import httpx
+
+    expected = f"expected a server URL such as http://127.0.0.1:30000 (got {text[:60]!r})"
+    try:
+        url = httpx.URL(text.strip())
+        port = url.port
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(expected) from exc
+    if url.scheme not in ("http", "https") or not url.host or (port is not None and not 0 < port < 65536):
+        raise argparse.ArgumentTypeError(expected)
+    if url.userinfo or url.query:
+        raise argparse.ArgumentTypeError(f"{expected}: no user, password or query (give --api-key)")
+    return text.strip()

@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from tuner.cli.output import (
+    MAX_COUNT,
+    MAX_REPEATS,
+    bounded_int,
     check_writable,
     csv_safe,
     database_arg,
     output_folder,
-    positive_int,
+    release,
     write_file,
     written,
 )
@@ -31,7 +34,9 @@ def _add_choice(p: argparse.ArgumentParser) -> None:
         "--study", default=None, help="study name (default: the space's, or the database's only one)"
     )
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--trial", type=int, default=None, metavar="N", help="this Optuna trial number")
+    which.add_argument(
+        "--trial", type=bounded_int(0, MAX_COUNT), default=None, metavar="N", help="this Optuna trial number"
+    )
     which.add_argument(
         "--best", action="store_true", help="pick from the feasible Pareto front (the default)"
     )
@@ -43,7 +48,7 @@ def _add_choice(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--min-free-vram",
-        type=int,
+        type=bounded_int(0, 1 << 24),
         default=None,
         metavar="MIB",
         dest="min_free_mib",
@@ -68,6 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     export.add_argument("--format", choices=("sh", "yaml", "json"), default="sh")
     export.add_argument(
         "--sglang-version",
+        type=release,
         default=None,
         metavar="V",
         help="re-render the knobs and fixed flags for SGLang release V (renames applied, removals reported)",
@@ -75,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     export.add_argument(
         "--engine",
         choices=("sglang", "sim"),
-        default="sglang",
+        default=None,
         help="with --sglang-version: launch with real SGLang (default) or the simulator pretending to be V",
     )
     export.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="default: stdout")
@@ -84,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     confirm = sub.add_parser("confirm", help="relaunch a trial's configuration N times and record each run")
     _add_choice(confirm)
     confirm.add_argument("--space", required=True, type=Path, help="the study's search space YAML")
-    confirm.add_argument("--repeats", type=positive_int, default=3)
+    confirm.add_argument("--repeats", type=bounded_int(1, MAX_REPEATS), default=3)
     confirm.set_defaults(handler=cmd_confirm)
 
     report = sub.add_parser("report", help="write a study's tables (CSV) and plots (PNG) to a folder")
@@ -141,6 +147,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.report.profile import render
     from tuner.store.connect import database_url
 
+    if args.engine is not None and args.sglang_version is None:
+        raise ConfigError(
+            f"--engine {args.engine}: expected --sglang-version V with it (the release to render)"
+        )
     if args.output is not None:  # a path that cannot be written is refused before anything is said
         check_writable(args.output, "-o")
     data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args))
@@ -161,7 +171,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         from tuner.report.rerender import for_release
 
         target = _target_table(args.sglang_version)
-        profile = for_release(profile, table, target, engine=args.engine)
+        profile = for_release(profile, table, target, engine=args.engine or "sglang")
         table = target
         for note in profile.notes:
             print(note, file=sys.stderr)

@@ -13,10 +13,20 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.output import database_arg, duration, gpu_list, positive_int, seed, study_name
+from tuner.cli.output import (
+    bounded_int,
+    database_arg,
+    duration,
+    gpu_list,
+    positive_int,
+    release,
+    seed,
+    study_name,
+)
 from tuner.cli.run_options import RunOptions
-from tuner.config import Phase
+from tuner.config import MAX_GPU_INDEX, Phase
 from tuner.errors import ConfigError, ExitCode, FlagError
+from tuner.names import one_line
 from tuner.space.loader import SearchSpace
 
 
@@ -48,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     run.add_argument(
         "--parallel",
-        type=int,
+        type=bounded_int(1, MAX_GPU_INDEX + 1),
         default=None,
         metavar="N",
         help="N trials at once on disjoint GPU sets of this node (default: the space's budget.parallel)",
@@ -89,7 +99,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     validate = sub.add_parser("validate", help="render and check every choice of a space without launching")
     validate.add_argument("--space", required=True, type=Path)
-    validate.add_argument("--sglang-version", default=None, help="check against this release's options")
+    validate.add_argument(
+        "--sglang-version", type=release, default=None, help="check against this release's options"
+    )
     validate.set_defaults(handler=cmd_validate)
 
     status = sub.add_parser("status", help="trials, failures by class and the Pareto front of a study")
@@ -168,7 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             reused = f" (reused #{ev.reused_from})" if ev.reused_from is not None else ""
             head = f"trial {ev.number}: {ev.outcome.value} {values} {ev.duration_s:.1f}s{reused}"
             print(
-                f"{head} {ev.message[:100]}",
+                one_line(f"{head} {ev.message[:100]}"),  # a server's text escaped
                 file=sys.stderr,
                 flush=True,
             )

@@ -22,7 +22,7 @@ from tuner.config import MAX_GPU_INDEX, LaunchTimeouts
 from tuner.errors import ConfigError
 from tuner.gate.settings import GateSettings
 from tuner.metrics import ALIASES, DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, canonical, direction_of
-from tuner.names import NAME_PATTERN, name_problem, version_problem
+from tuner.names import NAME_PATTERN, control_problem, name_problem, version_problem
 from tuner.settings import Duration, Settings, mistake, non_empty, show, space_dir
 from tuner.sglang.knobs import VERSION_PATTERN, check_version_text
 
@@ -58,6 +58,15 @@ class EngineSpec(Settings):
         default=(), strict=False
     )
 
+    @field_validator("sim_inject")
+    @classmethod
+    def _known_injections(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            problem = sim_inject_problem(item)
+            if problem:
+                raise ValueError(problem)
+        return value
+
     @property
     def module(self) -> str:
         """The module launched with `python -m`."""
@@ -84,6 +93,44 @@ class EngineSpec(Settings):
             "scenario": _scenario(data["scenario"], space_dir(info)),
             "sim_sglang_version": SIM_DEFAULT_SGLANG_VERSION if version is None else version,
         }
+
+
+# The simulator's `--sim-inject` faults, checked when the space is read (a typo would otherwise
+# end the first trial as a "crash"). tuner.sim may not be imported here; a unit test holds this
+# table equal to the simulator's own (tests/unit/test_space_sim_inject.py).
+_NUMBER = re.compile(r"^(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
+SIM_INJECT: dict[str, tuple[str, ...] | str] = {
+    "crash_after_ready_s": "number",
+    "crash_after_requests": "count",
+    "hang_at": ("load", "capture"),
+    "ignore_sigterm": ("0", "1"),
+    "orphan_child": ("0", "1"),
+    "startup_delay_s": "number",
+    "drift_at": "count",
+    "kv_canary_violation": ("0", "1"),
+    "http_error_rate": "share",
+    "bad_usage": ("negative", "huge", "text"),
+    "freeze_at": ("bench",),
+}
+MAX_INJECT_NUMBER = 86_400.0
+
+
+def sim_inject_problem(item: str) -> str | None:
+    """Why `KEY=VALUE` is not a fault the simulator knows, or None."""
+    key, _, value = item.partition("=")
+    rule = SIM_INJECT.get(key)
+    if rule is None:
+        return f"unknown sim_inject key {key!r}; expected one of {', '.join(SIM_INJECT)}"
+    if isinstance(rule, tuple):
+        return None if value in rule else f"sim_inject {key} must be one of {', '.join(rule)} (got {value!r})"
+    if rule == "count":
+        ok = value.isdigit() and int(value) <= 10**9
+        return None if ok else f"sim_inject {key} must be a whole number 0..1000000000 (got {value!r})"
+    number = float(value) if _NUMBER.match(value) else None
+    high = 1.0 if rule == "share" else MAX_INJECT_NUMBER
+    if number is None or not 0.0 <= number <= high:
+        return f"sim_inject {key} must be a number 0..{high:g} (got {value!r})"
+    return None
 
 
 def _scenario(scenario: object, folder: Path | None) -> object:
@@ -302,7 +349,13 @@ class SpaceFile(Settings):
     engine: EngineSpec = EngineSpec(kind="sglang")
     # auto = the installed release; else pinned ("0.5.9"). For the sim: its sim_sglang_version.
     sglang_version: Annotated[str, BeforeValidator(_sglang_version)] = "auto"
-    host: str = Field(default="127.0.0.1", min_length=1)
+    host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        max_length=253,
+        pattern=r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?|\[?[0-9A-Fa-f:.]+\]?)$",
+        json_schema_extra={"expected": "a host name or an IP address such as 127.0.0.1 (no scheme, no port)"},
+    )
     fixed_flags: ReadByLine = None
     env: ReadByLine = None
     gpus: Annotated[tuple[int, ...], BeforeValidator(_gpus)] = ()  # CUDA_VISIBLE_DEVICES; () = all
@@ -321,7 +374,15 @@ class SpaceFile(Settings):
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     search: SearchSettings = Field(default_factory=SearchSettings)
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
-    log_dir: str | None = Field(default=None, min_length=1)  # None = runs/<study name>
+    log_dir: str | None = Field(default=None, min_length=1, max_length=4096)  # None = runs/<study name>
+
+    @field_validator("log_dir")
+    @classmethod
+    def _printable_log_dir(cls, value: str | None) -> str | None:
+        problem = control_problem(value) if value is not None else None
+        if problem:  # a NUL or a newline cannot be a folder's name the tool writes into
+            raise ValueError(problem)
+        return value
 
     @field_validator("constraints", mode="before")
     @classmethod
