@@ -101,7 +101,8 @@ class HttpClients:
             timeout=httpx.Timeout(
                 connect=timeouts.connect_s, read=backstop_s, write=timeouts.connect_s, pool=None
             ),
-            deadline_s=max(CONTROL_DEADLINE_S, timeouts.connect_s + 5.0),
+            # a control answer is instant on a healthy server: the first-content limit bounds it too
+            deadline_s=max(timeouts.connect_s + 1.0, min(CONTROL_DEADLINE_S, timeouts.first_byte_s)),
             limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
             auth=httpx_auth(auth),
         )

@@ -21,6 +21,7 @@ from tuner.errors import ConfigError
 from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook, write_reference
 from tuner.gate.settings import MAX_BURST, GateSettings, ReferenceSource
+from tuner.interrupts import INTERRUPTS
 from tuner.names import one_line
 from tuner.sglang.auth import API_KEY_ENV, auth_for_url
 
@@ -110,6 +111,11 @@ def _add_api_key(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def stop_requested() -> bool:
+    """A stop signal arrived (the handler only records it; the stage acts on it)."""
+    return INTERRUPTS.requested
+
+
 def bench_settings(args: argparse.Namespace) -> BenchSettings:
     """The benchmark settings of the command: the space's, or built from the workload flags."""
     given = [
@@ -172,7 +178,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     settings = bench_settings(args)
     auth = auth_for_url(args.api_key)
-    result = benchmark(args.url.rstrip("/"), settings, model=args.model, progress=not args.json, auth=auth)
+    stop = stop_requested  # Ctrl-C, SIGTERM, SIGHUP...: every request is cancelled, whatever the server does
+    result = benchmark(
+        args.url.rstrip("/"), settings, model=args.model, progress=not args.json, auth=auth, stop=stop
+    )
     if args.json and args.json_format == "bench_serving":
         for record in bench_serving_records(result, settings):
             print(json.dumps(record))  # json, as bench_serving writes it (a rate of inf is Infinity)
@@ -267,7 +276,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     book = ReferenceBook(settings.reference, None) if settings.reference.enabled else None
     auth = auth_for_url(args.api_key)
     result = gate(
-        url, settings, captured_bs=captured_sizes(url, auth), model=args.model, reference=book, auth=auth
+        url,
+        settings,
+        captured_bs=captured_sizes(url, auth),
+        model=args.model,
+        reference=book,
+        auth=auth,
+        stop=stop_requested,
     )
     if args.record is not None and result.reference is not None:
         try:
