@@ -230,7 +230,9 @@ class ProxyTrap:
                 conn.settimeout(1.0)
                 try:
                     self.seen += conn.recv(65536)
-                    conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    conn.sendall(
+                        b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
                 except OSError:
                     pass
 

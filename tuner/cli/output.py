@@ -258,6 +258,17 @@ def write_file(path: Path, text: str, what: str, *, mode: int | None = None) -> 
         fh.write(text)
 
 
+def check_folder(path: Path, what: str) -> None:
+    """ConfigError unless `path` is, or can be made, a folder: no part of it may be a file."""
+    cur = path.absolute()
+    for part in [cur, *cur.parents]:
+        if part.exists() or part.is_symlink():
+            if not part.is_dir():
+                shown = f"{path} ({part} is a file)" if part != cur else str(path)
+                raise ConfigError(f"{what} {shown}: is a file; expected a folder")
+            return
+
+
 def output_folder(path: Path, what: str) -> Path:
     """`path` as a folder to write files into (created); ConfigError when it cannot be one."""
     if path.exists() and not path.is_dir():

@@ -15,6 +15,7 @@ from rich.logging import RichHandler
 
 from tuner.cli.output import (
     bounded_int,
+    check_folder,
     database_arg,
     duration,
     gpu_list,
@@ -134,6 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from tuner.capacity.run import slos_for
 
         slos_for(space, ())  # refused before the study starts when the space has no SLO to measure under
+    check_folder(space.log_dir / "live", "log_dir")  # a file where the run folder belongs: before any write
     check_database(url, create=True)  # the database first: its mistakes are the likelier ones
     engine_for(space, state_root=None)  # a missing interpreter is refused before anything is written
     check_gpu_indices(space)  # so are GPUs the node does not have

@@ -201,7 +201,13 @@ class Section:
         self.where = where
         if not isinstance(node, MappingNode):
             raise src.error(node, where, f"expected a mapping, got {show(python_value(node))}")
-        yaml.constructor.SafeConstructor().flatten_mapping(node)  # apply `<<:` merge keys
+        try:
+            yaml.constructor.SafeConstructor().flatten_mapping(node)  # apply `<<:` merge keys
+        except yaml.YAMLError as exc:  # `<<: 5`: a merge of something that is not a mapping
+            problem = getattr(exc, "problem", None) or str(exc)
+            mark = getattr(exc, "problem_mark", None)
+            at = f"{src.display}:{mark.line + 1}" if mark is not None else src.where(node)
+            raise ConfigError(f"{where or 'top level'}: {problem} in {at}") from None
         self.entries: dict[str, tuple[ScalarNode, Node]] = {}
         allowed_list = list(allowed) if allowed is not None else None
         for key_node, value_node in node.value:
