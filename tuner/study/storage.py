@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from tuner.errors import ConfigError, StoreError
 from tuner.names import one_line
+from tuner.private import private_dir
 from tuner.search.sampler import StructuredSampler
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective, WorkerSettings
@@ -170,7 +171,7 @@ def ask_lock(lock: WorkerLock) -> Iterator[None]:
         return
     path = lock
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         fh = path.open("a")
     except OSError as exc:
         raise StoreError(f"cannot create the workers' lock file {path}: {exc.strerror or exc}") from exc
