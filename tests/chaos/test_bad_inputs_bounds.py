@@ -202,6 +202,12 @@ PLACES = [
         _with_space(**{"gpu_busy_policy": 'host: "127.0.0.1; rm -rf /"\ngpu_busy_policy'}),
     ),
     Case(
+        "host-unresolvable",
+        RUN,
+        "cannot resolve host",
+        _with_space(**{"gpu_busy_policy": "host: no-such-host.invalid\ngpu_busy_policy"}),
+    ),
+    Case(
         "log-dir-newline",
         RUN,
         "control character",

@@ -11,6 +11,7 @@ tuner.space.build and tuner.space.fixed; `SpaceFile` only declares those keys.
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -338,6 +339,9 @@ def _default_objectives() -> tuple[Objective, ...]:
     return tuple(Objective.model_validate(m) for m in DEFAULT_OBJECTIVES)
 
 
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?|\[?[0-9A-Fa-f:.]+\]?")
+
+
 class SpaceFile(Settings):
     """A whole space file: every top-level key, its default and its checks (see template.yaml)."""
 
@@ -349,13 +353,7 @@ class SpaceFile(Settings):
     engine: EngineSpec = EngineSpec(kind="sglang")
     # auto = the installed release; else pinned ("0.5.9"). For the sim: its sim_sglang_version.
     sglang_version: Annotated[str, BeforeValidator(_sglang_version)] = "auto"
-    host: str = Field(
-        default="127.0.0.1",
-        min_length=1,
-        max_length=253,
-        pattern=r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?|\[?[0-9A-Fa-f:.]+\]?)$",
-        json_schema_extra={"expected": "a host name or an IP address such as 127.0.0.1 (no scheme, no port)"},
-    )
+    host: str = Field(default="127.0.0.1", min_length=1, max_length=253)
     fixed_flags: ReadByLine = None
     env: ReadByLine = None
     gpus: Annotated[tuple[int, ...], BeforeValidator(_gpus)] = ()  # CUDA_VISIBLE_DEVICES; () = all
@@ -375,6 +373,21 @@ class SpaceFile(Settings):
     search: SearchSettings = Field(default_factory=SearchSettings)
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
     log_dir: str | None = Field(default=None, min_length=1, max_length=4096)  # None = runs/<study name>
+
+    @field_validator("host")
+    @classmethod
+    def _resolvable_host(cls, value: str) -> str:
+        if not _HOST.fullmatch(value):
+            raise ValueError(
+                f"expected a host name or an IP address such as 127.0.0.1, no scheme, port or spaces "
+                f"(got {show(value[:60])})"
+            )
+        try:  # the server binds it and the clients reach it: a name nothing resolves is a mistake now
+            socket.getaddrinfo(value.strip("[]"), None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise ValueError(f"cannot resolve host {value!r} ({why})") from None
+        return value
 
     @field_validator("log_dir")
     @classmethod
