@@ -76,6 +76,7 @@ def _cli(tmp: Path, *args: str) -> subprocess.Popen[str]:
         ("trickle_models", "bench", signal.SIGTERM),
         ("sse_comments", "bench", signal.SIGINT),
         ("trickle_headers", "bench", signal.SIGHUP),
+        ("sse_blank", "bench", signal.SIGQUIT),
         ("trickle_models", "gate", signal.SIGTERM),
         ("trickle_headers", "gate", signal.SIGUSR1),
     ],
@@ -86,7 +87,7 @@ def test_a_stop_ends_bench_and_gate_against_a_stalled_server(
     """The server never finishes an answer and every limit is minutes away: only the stop ends it."""
     with FaultServer(fault) as server:
         extra = ["--num-prompts", "2", "--concurrency", "2", "--no-flush"] if command == "bench" else []
-        if fault == "sse_comments":
+        if fault in ("sse_comments", "sse_blank"):
             extra += ["--model", "fault-model"]
         proc = _cli(tmp_path, command, "--url", server.url, *extra)
         wait_until(lambda: _handles(proc.pid, sig) and server.hits > 0, 60, "the command asking the server")

@@ -89,6 +89,9 @@ def _main(argv: Sequence[str] | None) -> int:
             return INTERRUPTS.exit_code()
         return int(code or 0)
     except TunerError as exc:
+        if INTERRUPTS.requested:  # the stop ended a read, which failed: the stop is what happened
+            _say("interrupted")
+            return INTERRUPTS.exit_code()
         # one line whatever the cause said (a PostgreSQL error spans several): its lines joined
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         print(f"error: {'; '.join(lines)}", file=sys.stderr)
