@@ -153,3 +153,12 @@ def test_the_tuners_clients_never_use_the_environments_proxy(monkeypatch: pytest
         assert gate.model == "fault-model"
         assert trap.connections == 0 and b"sk-test" not in trap.seen
         assert server.hits > 0
+
+
+def test_a_redirect_is_never_followed_with_the_key() -> None:
+    with ProxyTrap() as elsewhere, FaultServer("redirect") as server:
+        server.redirect_to = elsewhere.url
+        auth = ServerAuth(api_key="sk-test-0123456789abcdefghij")
+        result = _within(lambda: benchmark(server.url, _settings(), model="fault-model", auth=auth))
+        assert _errors(result) == {ErrorClass.HTTP_STATUS}, _texts(result)
+        assert elsewhere.connections == 0 and b"sk-test" not in elsewhere.seen

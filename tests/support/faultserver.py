@@ -15,6 +15,7 @@ shows, not a scenario of one test:
 - `sse_flood`: valid content events forever (a server that never stops generating)
 - `usage_lie`: 4 content events, then usage claiming 9,999,999 completion tokens
 - `usage_zero`: 4 content events, then usage claiming 0 completion tokens
+- `redirect`: every POST answers 307 to `redirect_to` (set it to a ProxyTrap's URL)
 - `ok`: a well-behaved tiny server (4 content events and true usage), for proxy tests
 
 `hits` counts the requests the server saw; `closed` is set once close() ran.
@@ -40,6 +41,7 @@ FAULTS = (
     "sse_flood",
     "usage_lie",
     "usage_zero",
+    "redirect",
     "ok",
 )
 TICK_S = 0.2
@@ -54,6 +56,7 @@ class FaultServer:
             raise ValueError(f"unknown fault {fault!r}; expected one of {FAULTS}")
         self.fault = fault
         self.hits = 0
+        self.redirect_to = "http://127.0.0.1:9"
         self.closed = threading.Event()
         self.lock = threading.Lock()
         outer = self
@@ -150,6 +153,11 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.server_ref.fault
         if fault == "trickle_headers":
             self._trickle_headers()
+        elif fault == "redirect":
+            self.send_response(307)
+            self.send_header("Location", self.server_ref.redirect_to + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         elif fault == "endless_error":
             self._head(500, "text/plain")
             self._forever(b"error " * 10000, 0.0)

@@ -204,3 +204,18 @@ def test_usage_details_of_any_shape_are_no_traceback(details: object) -> None:
         "usage": {"completion_tokens": 1, "completion_tokens_details": details},
     }
     assert parse_reply(body).reasoning_tokens is None
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 10**30, -5, True, "424242"])
+def test_an_implausible_kv_pool_from_a_server_is_unknown(value: object) -> None:
+    assert server_mod._kv_tokens({"max_total_num_tokens": value}) is None
+    assert server_mod._kv_tokens({"internal_states": [{"memory_usage": {"token_capacity": value}}]}) is None
+
+
+def test_a_reference_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    from tuner.errors import ConfigError
+    from tuner.gate.reference import read_reference
+
+    os.mkfifo(tmp_path / "ref.json")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_reference(tmp_path / "ref.json")

@@ -193,7 +193,10 @@ class RequestSender:
 
     async def _stream(self, body: bytes, acc: StreamAccumulator, flight: Flight) -> str | None:
         """Feed the stream into acc; the error text of a non-200 answer, else None."""
-        async with self._session.post(self._url, data=body, headers=self._headers) as resp:
+        # never a redirect: the tuner's own server has no reason to send one, and it would take the
+        # request (and its key) elsewhere
+        post = self._session.post(self._url, data=body, headers=self._headers, allow_redirects=False)
+        async with post as resp:
             flight.status = status = resp.status
             if status != 200:
                 return _status_text(status, await _read_head(resp.content, ERROR_BODY_MAX))

@@ -19,6 +19,7 @@ from typing import Any
 
 from tuner.errors import ConfigError
 from tuner.gate.settings import ReferenceSettings, ReferenceSource
+from tuner.private import read_regular
 from tuner.sglang.logs import KV_CANARY_MARK
 
 CANARY_MARK = KV_CANARY_MARK
@@ -139,10 +140,13 @@ def write_reference(path: Path, outputs: Sequence[GreedyOutput], *, source: str,
     os.replace(tmp, path)
 
 
+MAX_REFERENCE_BYTES = 64 << 20  # greedy answers of a few prompts: kilobytes
+
+
 def read_reference(path: Path) -> tuple[tuple[GreedyOutput, ...], str]:
     """(answers, source) of a reference file; ConfigError naming the file when it is unreadable."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path, MAX_REFERENCE_BYTES))  # not a FIFO or a device
         answers = tuple(
             GreedyOutput(
                 prompt=str(a["prompt"]),

@@ -6,7 +6,7 @@ in time), so every request made through these clients is bounded three ways:
 
 - in time: the whole exchange (connect, headers, body) ends by `deadline_s` (httpx.ReadTimeout);
 - in bytes: a body longer than `max_bytes` ends the read (`AnswerTooLarge`); headers are bounded by
-  the HTTP parser (h11: 100 KiB);
+  the HTTP parser (h11: 100 KiB); bodies are asked and read uncompressed (no gzip bomb expands);
 - by a stop request: `stop()` (default: a signal asked the process to stop) is polled every
   `POLL_S` while anything is awaited, and ends the exchange with `Stopped` within that time.
 
@@ -147,6 +147,7 @@ class BoundedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         deadline = monotonic() + self.deadline_s
+        request.headers["Accept-Encoding"] = "identity"
         response = await _bounded(
             self._inner.handle_async_request(request),
             deadline=deadline,
@@ -158,8 +159,11 @@ class BoundedTransport(httpx.AsyncBaseTransport):
         stream = _BoundedStream(
             response.stream, request=request, deadline=deadline, max_bytes=self.max_bytes, stop=self._stop
         )
+        # the bytes bound is on what is read: a compressed body is not expanded (a gzip bomb would be
+        # a thousand times the bound); a server that compresses anyway gives an unreadable answer
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() != b"content-encoding"]
         return httpx.Response(
-            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
+            response.status_code, headers=headers, stream=stream, extensions=response.extensions
         )
 
     async def aclose(self) -> None:

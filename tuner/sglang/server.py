@@ -237,7 +237,7 @@ class ServerProcess:
             available_gpu_mem_gb=state.available_gpu_mem_gb,
             sparse_backends=state.backends,
             weights_gb=state.weights_gb,
-            server_version=(info or {}).get("version"),
+            server_version=_version_text((info or {}).get("version")),
         )
 
     def _server_info(self, client: SyncClient) -> dict[str, Any] | None:
@@ -318,15 +318,32 @@ def _kv_tokens(info: dict[str, Any]) -> int | None:
     """max_total_num_tokens from a /server_info payload of any version."""
     for holder in (info, info.get("scheduler_info") or {}):
         value = holder.get("max_total_num_tokens") if isinstance(holder, dict) else None
-        if isinstance(value, int):
-            return value
+        if _plausible_count(value):
+            return int(value)  # type: ignore[arg-type]
     states = info.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
         mem = states[0].get("memory_usage") or {}
         cap = mem.get("token_capacity") if isinstance(mem, dict) else None
-        if isinstance(cap, (int, float)):
-            return int(cap)
+        if _plausible_count(cap):
+            return int(cap)  # type: ignore[arg-type]
     return None
+
+
+MAX_KV_TOKENS = 1 << 40  # a server's KV pool in tokens: ~10^8 on the largest node; beyond is not real
+
+
+def _version_text(value: object) -> str | None:
+    """The server's own version string when it is a short printable one (a server's answer: bounded)."""
+    if isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable():
+        return value
+    return None
+
+
+def _plausible_count(value: object) -> bool:
+    """A token count a server can mean: a finite number 0..MAX_KV_TOKENS (not a bool, inf or NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return 0 <= value <= MAX_KV_TOKENS  # NaN compares false
 
 
 def server_info(
