@@ -107,6 +107,13 @@ SIZES = [
         _with_space(),
     ),
     Case("parallel-1000", (*RUN, "--parallel", "1000"), "--parallel", _with_space()),
+    Case(
+        "finalists-repeats-huge",
+        RUN,
+        "repeats",
+        _with_space(**{"budget:\n": "search:\n  finalists: {repeats: 1000000}\n\nbudget:\n"}),
+    ),
+    Case("budget-trials-huge", RUN, "n_trials", _with_space(**{"n_trials: 6": "n_trials: 100000000000"})),
     Case("trials-1e12", (*RUN, "--trials", "1000000000000"), "--trials", _with_space()),
     Case(
         "gate-burst-size-flag",

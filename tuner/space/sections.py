@@ -236,10 +236,10 @@ class Budget(Settings):
     `max_infra_failures` in a row the run stops (the study stays resumable).
     """
 
-    n_trials: int | None = Field(default=None, ge=1)
+    n_trials: int | None = Field(default=None, ge=1, le=1_000_000)
     timeout_s: Duration | None = Field(default=None, gt=0, validation_alias="timeout")
-    parallel: int = Field(default=1, ge=1)  # trials at once on one node, on disjoint GPU sets
-    max_infra_failures: int = Field(default=3, ge=1)
+    parallel: int = Field(default=1, ge=1, le=1_024)  # trials at once on one node, on disjoint GPU sets
+    max_infra_failures: int = Field(default=3, ge=1, le=10_000)
     infra_backoff_s: Duration = Field(default=2.0, validation_alias="infra_backoff")
     infra_backoff_max_s: Duration = Field(default=60.0, validation_alias="infra_backoff_max")
 
@@ -251,7 +251,8 @@ class WorkerSettings(Settings):
     # No heartbeat for this long: the trial's worker is taken for dead (its node, its process) and
     # the next worker to ask fails the trial and retries it. Generous: a live trial reaped ends badly.
     grace_s: Duration = Field(default=900.0, ge=2, validation_alias="grace")
-    retries: int = Field(default=1, ge=0)  # of a trial whose worker died or an infrastructure fault ended
+    # of a trial whose worker died or an infrastructure fault ended
+    retries: int = Field(default=1, ge=0, le=100)
 
     @model_validator(mode="after")
     def _grace_covers_beats(self) -> WorkerSettings:
@@ -268,14 +269,14 @@ class SamplerSpec(Settings):
 
     kind: Literal["structured", "tpe", "gp", "random"] = "structured"
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)  # numpy's samplers take seeds below 2**32
-    n_startup_trials: int = Field(default=8, ge=0)
+    n_startup_trials: int = Field(default=8, ge=0, le=100_000)
 
 
 class Finalists(Settings):
     """Near the end of the budget, the best front candidates are launched again (counted in the budget)."""
 
-    count: int = Field(default=3, ge=0)  # candidates re-measured; 0 turns it off
-    repeats: int = Field(default=1, ge=0)  # launches of each, on top of its first measurement
+    count: int = Field(default=3, ge=0, le=1_000)  # candidates re-measured; 0 turns it off
+    repeats: int = Field(default=1, ge=0, le=100)  # launches of each, on top of its first measurement
     capacity: bool = False  # after the budget, `tuner capacity` for each finalist under the space's SLOs
     # only candidates within this share of the best first objective are re-measured (noise is ~1-5%)
     margin: float = Field(default=0.05, ge=0)
@@ -286,7 +287,8 @@ class SearchSettings(Settings):
 
     prune: bool = True  # suggestions a failure rule or the memory model covers are not launched
     finalists: Finalists = Field(default_factory=Finalists)
-    max_pruned_asks: int = Field(default=200, ge=1)  # asks in a row all pruned: the space is exhausted
+    # asks in a row all pruned: the space is exhausted
+    max_pruned_asks: int = Field(default=200, ge=1, le=1_000_000)
 
 
 class LineAware:
