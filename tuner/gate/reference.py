@@ -11,7 +11,6 @@ a wrong configuration that a keyword check cannot see.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from tuner.errors import ConfigError
 from tuner.gate.settings import ReferenceSettings, ReferenceSource
-from tuner.private import read_regular
+from tuner.private import atomic_open, read_regular
 from tuner.sglang.logs import KV_CANARY_MARK
 
 CANARY_MARK = KV_CANARY_MARK
@@ -135,9 +134,8 @@ def write_reference(path: Path, outputs: Sequence[GreedyOutput], *, source: str,
         "answers": [{"prompt": o.prompt, "token_ids": o.token_ids, "text": o.text} for o in outputs],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    with atomic_open(path) as fh:  # a random O_EXCL temporary file, then a rename: no planted symlink
+        fh.write(json.dumps(data, indent=1) + "\n")
 
 
 MAX_REFERENCE_BYTES = 64 << 20  # greedy answers of a few prompts: kilobytes
