@@ -147,6 +147,12 @@ SECRETS = [
         _with_param("  - {name: tok, flag: hf-token, kind: categorical, choices: [a, b]}\n"),
     ),
     Case(
+        "choice-shaped-like-a-token",
+        RUN,
+        "shaped like a credential",
+        _with_param("  - {name: revision, kind: categorical, choices: [main, hf_AbCdEfGhIjKlMnOpQrStUv0123]}\n"),
+    ),
+    Case(
         "param-ssl-keyfile-password",
         RUN,
         "takes a credential",

@@ -9,7 +9,7 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from tuner.secrets import is_secret_flag, is_secret_name
+from tuner.secrets import is_secret_flag, is_secret_name, redact_shapes
 from tuner.sglang.knobs import (
     FlagContext,
     check_scalar,
@@ -176,6 +176,12 @@ def _with_choices(sec: Section, param: Param) -> Param:
             value = encode_value(param, raw)
         except ValueError as exc:
             raise sec.src.error(node, f"{param.name}.choices", f"expected {exc} (got {show(raw)})") from None
+        if isinstance(value, str) and redact_shapes(value) != value:
+            raise sec.src.error(
+                node,
+                f"{param.name}.choices",
+                "a choice shaped like a credential (a token, a key) is never searched",
+            )
         if any(same_value(value, c) for c in choices):
             raise sec.src.error(node, f"{param.name}.choices", f"duplicate choice {show_choice(value)}")
         choices.append(value)
