@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import tuner.sim.args as simargs
-from tuner.space.sections import SIM_INJECT, sim_inject_problem
+from tuner.space.sim_inject import SIM_INJECT, sim_inject_problem
 
 SAMPLES = [
     "0",

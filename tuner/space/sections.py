@@ -26,6 +26,7 @@ from tuner.metrics import ALIASES, DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, c
 from tuner.names import NAME_PATTERN, control_problem, name_problem, version_problem
 from tuner.settings import Duration, Settings, mistake, non_empty, show, space_dir
 from tuner.sglang.knobs import VERSION_PATTERN, check_version_text
+from tuner.space.sim_inject import sim_inject_problem
 
 SIM_DEFAULT_SGLANG_VERSION = "0.5.9"
 MAX_SPACE_NAME_LEN = 100  # the study name adds -vVERSION; the store's columns hold 255 characters
@@ -94,44 +95,6 @@ class EngineSpec(Settings):
             "scenario": _scenario(data["scenario"], space_dir(info)),
             "sim_sglang_version": SIM_DEFAULT_SGLANG_VERSION if version is None else version,
         }
-
-
-# The simulator's `--sim-inject` faults, checked when the space is read (a typo would otherwise
-# end the first trial as a "crash"). tuner.sim may not be imported here; a unit test holds this
-# table equal to the simulator's own (tests/unit/test_space_sim_inject.py).
-_NUMBER = re.compile(r"^(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
-SIM_INJECT: dict[str, tuple[str, ...] | str] = {
-    "crash_after_ready_s": "number",
-    "crash_after_requests": "count",
-    "hang_at": ("load", "capture"),
-    "ignore_sigterm": ("0", "1"),
-    "orphan_child": ("0", "1"),
-    "startup_delay_s": "number",
-    "drift_at": "count",
-    "kv_canary_violation": ("0", "1"),
-    "http_error_rate": "share",
-    "bad_usage": ("negative", "huge", "text"),
-    "freeze_at": ("bench",),
-}
-MAX_INJECT_NUMBER = 86_400.0
-
-
-def sim_inject_problem(item: str) -> str | None:
-    """Why `KEY=VALUE` is not a fault the simulator knows, or None."""
-    key, _, value = item.partition("=")
-    rule = SIM_INJECT.get(key)
-    if rule is None:
-        return f"unknown sim_inject key {key!r}; expected one of {', '.join(SIM_INJECT)}"
-    if isinstance(rule, tuple):
-        return None if value in rule else f"sim_inject {key} must be one of {', '.join(rule)} (got {value!r})"
-    if rule == "count":
-        ok = value.isdigit() and int(value) <= 10**9
-        return None if ok else f"sim_inject {key} must be a whole number 0..1000000000 (got {value!r})"
-    number = float(value) if _NUMBER.match(value) else None
-    high = 1.0 if rule == "share" else MAX_INJECT_NUMBER
-    if number is None or not 0.0 <= number <= high:
-        return f"sim_inject {key} must be a number 0..{high:g} (got {value!r})"
-    return None
 
 
 def _scenario(scenario: object, folder: Path | None) -> object:
