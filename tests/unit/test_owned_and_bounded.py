@@ -219,3 +219,17 @@ def test_a_reference_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "ref.json")
     with pytest.raises(ConfigError, match="not a regular file"):
         read_reference(tmp_path / "ref.json")
+
+
+@pytest.mark.parametrize("where", ["/dev/zero", "fifo"])
+def test_a_dataset_that_is_not_a_regular_file_is_refused(where: str, tmp_path: Path) -> None:
+    from tuner.bench.settings import Workload, WorkloadKind
+    from tuner.bench.workload import load_dataset
+    from tuner.errors import BenchmarkError
+
+    path = Path(where) if where.startswith("/") else tmp_path / where
+    if not path.exists():
+        os.mkfifo(path)
+    workload = Workload(kind=WorkloadKind.SHAREGPT, path=path)
+    with pytest.raises(BenchmarkError, match="not a regular file"):
+        load_dataset(workload)
