@@ -150,7 +150,7 @@ SECRETS = [
         "choice-shaped-like-a-token",
         RUN,
         "shaped like a credential",
-        _with_param("  - {name: revision, kind: categorical, choices: [main, hf_AbCdEfGhIjKlMnOpQrStUv0123]}\n"),
+        _with_param("  - {name: revision, kind: categorical, choices: [main, hf_AbCdEfGhIjKlMnOpQr012]}\n"),
     ),
     Case(
         "param-ssl-keyfile-password",
