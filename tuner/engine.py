@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from tuner.errors import ConfigError
 from tuner.gpu.sampler import FileGpuProbe, GpuProbe, NvmlProbe
 from tuner.gpu.statefile import STATE_ENV
+from tuner.private import private_dir
 from tuner.sglang.introspect import detect_sglang_version, option_table_for
 from tuner.sglang.options import OptionTable
 
@@ -65,7 +66,7 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
         env: tuple[tuple[str, str], ...] = ()
         if state_root is not None and not spec.gpu_backed:  # GPU-backed: real memory, seen by NVML
             state_dir = (state_root / "gpu-state").resolve()
-            state_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(state_dir)  # the run folder and its parts: owner-only when the tuner makes them
             env = ((SIM_STATE_ENV, str(state_dir)),)
         launcher = (
             sys.executable,

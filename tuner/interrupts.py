@@ -1,4 +1,10 @@
-"""Ctrl-C and SIGTERM: the handler records the request; the work stops at safe points.
+"""Ctrl-C, SIGTERM and every other stop signal: the handler records the request; the work stops at
+safe points.
+
+SIGHUP (the terminal closed), SIGQUIT and SIGUSR1/SIGUSR2 are stop requests too (`STOP_SIGNALS`):
+their default action would kill the tuner on the spot and leave the trial's servers running. Each
+ends the run like SIGTERM (servers stopped, the trial recorded interrupted) and the process exits
+128 + the signal's number, as a shell reports a death by that signal (`exit_code()`).
 
 The handler does nothing but remember the signal (no exception, no lock, no I/O):
 an exception raised inside a signal handler lands wherever the main thread
@@ -26,10 +32,16 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 POLL_S = 0.05  # how often a bounded wait looks at the request
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)
+STOP_EXIT_CODES = frozenset(128 + int(s) for s in STOP_SIGNALS)
 
 
 class Interrupted(KeyboardInterrupt):
-    """Raised at a safe point after SIGINT or SIGTERM."""
+    """Raised at a safe point after a stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2)."""
 
 
 class Interrupts:
@@ -102,16 +114,20 @@ class Interrupts:
             time.sleep(min(POLL_S, left))
         return True
 
+    def exit_code(self, default: int = 130) -> int:
+        """128 + the number of the signal that asked the stop (`default` when none did)."""
+        return 128 + self.signum if self.signum is not None else default
+
     def clear(self) -> None:
         """Forget a request (tests, and a command that has acted on it)."""
         self.signum = None
         self.count = 0
 
     def install(self) -> None:
-        """Handle SIGINT and SIGTERM (also when started with SIGINT ignored, as a background job)."""
+        """Handle every stop signal (also when started with SIGINT ignored, as a background job)."""
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self.handler)
-            signal.signal(signal.SIGTERM, self.handler)
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, self.handler)
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:

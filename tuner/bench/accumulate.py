@@ -46,6 +46,7 @@ class StreamAccumulator:
         "bad_usage",
         "text",
         "_chars",
+        "max_events",
     )
 
     def __init__(self, api: Api) -> None:
@@ -63,6 +64,7 @@ class StreamAccumulator:
         self.bad_usage = ""
         self.text: list[str] = []  # the output's start (SAMPLE_CHARS), kept for sampled requests
         self._chars = 0
+        self.max_events = 1 << 62  # the client sets max_tokens + a margin: a stream that never ends is cut
 
     def add(self, payload: bytes, t: float) -> bool:
         """Take one payload that arrived at t; True if it was a content event."""
@@ -128,6 +130,21 @@ class StreamAccumulator:
             else:
                 self.prompt_tokens = usage[name]
 
+    def _usage_disagrees(self, spec: RequestSpec) -> str:
+        """Why the usage cannot describe what was streamed and asked ("" when it can): more completion
+        tokens than max_tokens allows, or none although content came."""
+        told = self.completion_tokens
+        if told is None:
+            return ""
+        if told > spec.output_tokens:
+            return (
+                f"usage.completion_tokens {told:,} is more than the request's max_tokens "
+                f"{spec.output_tokens:,}"
+            )
+        if told == 0 and self.events > 0:
+            return f"usage.completion_tokens is 0 although {self.events:,} content events came"
+        return ""
+
     def record(
         self,
         spec: RequestSpec,
@@ -145,8 +162,8 @@ class StreamAccumulator:
                 error, error_text = ErrorClass.STREAM_ERROR, self.error_text
             elif self.bad_payload:
                 error, error_text = ErrorClass.BAD_EVENT, self.bad_payload
-            elif self.bad_usage:
-                error, error_text = ErrorClass.BAD_USAGE, self.bad_usage
+            elif self.bad_usage or self._usage_disagrees(spec):
+                error, error_text = ErrorClass.BAD_USAGE, self.bad_usage or self._usage_disagrees(spec)
             elif self.events == 0:
                 error, error_text = ErrorClass.NO_CONTENT, "stream ended without a content event"
         success = error is None

@@ -12,7 +12,15 @@ control calls (/v1/models, /flush_cache), which are never timed.
 Timeouts: connect is enforced by the transport; the first-content and idle
 limits are enforced by the runner's watchdog, which cancels a request with a
 reason (`Flight.reason`), so the hot loop costs one attribute store per
-chunk. The transport's read timeout is only a backstop above both.
+event. Activity is an SSE event, not a byte: a server that sends only comments,
+empty chunks or one event that never ends is idle, and is timed out as such.
+The transport's read timeout is only a backstop above both.
+
+Bounds: one SSE event holds at most `MAX_EVENT_BYTES` (sse.py), a stream at most
+`max_tokens + EXTRA_EVENTS` content events (each carries at least one token), an
+error body is read to `ERROR_BODY_MAX` bytes; past one, the request fails as a
+stream error naming the bound. The control calls go through tuner.sglang.http
+(bounded in bytes and time, stop-aware); no client reads the environment's proxies.
 """
 
 from __future__ import annotations
@@ -28,12 +36,16 @@ import orjson
 
 from tuner.bench.accumulate import ERROR_TEXT_MAX, StreamAccumulator
 from tuner.bench.settings import Api, RequestTimeouts
-from tuner.bench.sse import SseParser
+from tuner.bench.sse import SseParser, StreamLimit
 from tuner.bench.types import ErrorClass, RequestRecord
 from tuner.bench.workload import RequestSpec
+from tuner.names import one_line
 from tuner.sglang.auth import NO_AUTH, ServerAuth, httpx_auth
+from tuner.sglang.http import CONTROL_DEADLINE_S, async_client
 
 READ_BUFSIZE = 4 * 1024 * 1024  # aiohttp's small default buffer collapses huge streams (P13)
+ERROR_BODY_MAX = 64 * 1024  # of a non-200 answer's body: the start says what went wrong
+EXTRA_EVENTS = 64  # content events past max_tokens before a stream is cut (a server that never stops)
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
 
 
@@ -80,14 +92,17 @@ class HttpClients:
             connector=connector,
             read_bufsize=READ_BUFSIZE,
             auto_decompress=False,
+            trust_env=False,  # never the environment's proxy: it would see the key and the load
             # connect and read bounded; the pool wait is not (the concurrency semaphore bounds it).
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=backstop_s),
         )
-        self.control = httpx.AsyncClient(
-            base_url=base_url,
+        self.control = async_client(
+            base_url,
             timeout=httpx.Timeout(
                 connect=timeouts.connect_s, read=backstop_s, write=timeouts.connect_s, pool=None
             ),
+            # a control answer is instant on a healthy server: the first-content limit bounds it too
+            deadline_s=max(timeouts.connect_s + 1.0, min(CONTROL_DEADLINE_S, timeouts.first_byte_s)),
             limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
             auth=httpx_auth(auth),
         )
@@ -147,6 +162,7 @@ class RequestSender:
     ) -> RequestRecord:
         """Stream one request; cancellation with `flight.reason` set becomes a failed record."""
         acc = StreamAccumulator(self._api)
+        acc.max_events = spec.output_tokens + EXTRA_EVENTS
         if request is None:
             request = self.prepare(spec)
         error: ErrorClass | None = None
@@ -164,7 +180,7 @@ class RequestSender:
             error, error_text = reason, f"cancelled: {reason.value}"
         except Exception as exc:  # noqa: BLE001 - every failure becomes data
             error = classify(exc, started=flight.status is not None, has_content=acc.events > 0)
-            error_text = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX]
+            error_text = one_line(f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_MAX])
         return acc.record(
             spec,
             label=label,
@@ -177,23 +193,45 @@ class RequestSender:
 
     async def _stream(self, body: bytes, acc: StreamAccumulator, flight: Flight) -> str | None:
         """Feed the stream into acc; the error text of a non-200 answer, else None."""
-        async with self._session.post(self._url, data=body, headers=self._headers) as resp:
+        # never a redirect: the tuner's own server has no reason to send one, and it would take the
+        # request (and its key) elsewhere
+        post = self._session.post(self._url, data=body, headers=self._headers, allow_redirects=False)
+        async with post as resp:
             flight.status = status = resp.status
             if status != 200:
-                return _status_text(status, await resp.read())
+                return _status_text(status, await _read_head(resp.content, ERROR_BODY_MAX))
             feed = SseParser().feed
             add = acc.add
+            most = acc.max_events
             async for chunk in resp.content.iter_any():
                 t = perf_counter()
-                flight.t_activity = t
                 for payload in feed(chunk):
+                    flight.t_activity = t  # an event, not a byte: comments and empty chunks are idle
                     if add(payload, t):
                         flight.has_content = True
+                        if acc.events > most:
+                            raise StreamLimit(
+                                f"more than {most:,} content events for max_tokens "
+                                f"{most - EXTRA_EVENTS:,}: the stream never ends"
+                            )
         return None
 
 
+async def _read_head(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """Up to `limit` bytes of a body (an endless error body is cut; the watchdog bounds the time)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        part = await content.read(limit - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
 def _status_text(status: int, body: bytes) -> str:
-    return f"HTTP {status}: {body[:ERROR_TEXT_MAX].decode('utf-8', 'replace')}"
+    return one_line(f"HTTP {status}: {body[:ERROR_TEXT_MAX].decode('utf-8', 'replace')}")
 
 
 def uncancel() -> None:
@@ -219,6 +257,8 @@ def classify(exc: BaseException, *, started: bool, has_content: bool) -> ErrorCl
         return ErrorClass.CLIENT_ERROR
     if timeout:
         return ErrorClass.IDLE_TIMEOUT if has_content else ErrorClass.FIRST_BYTE_TIMEOUT
+    if isinstance(exc, StreamLimit):
+        return ErrorClass.STREAM_ERROR
     if isinstance(exc, (httpx.TransportError, httpx.StreamError, aiohttp.ClientError, OSError)):
         return ErrorClass.STREAM_ERROR
     return ErrorClass.CLIENT_ERROR

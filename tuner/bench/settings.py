@@ -16,6 +16,7 @@ from tuner.settings import Duration, Settings, mistake, non_empty, space_dir
 
 MAX_LEN = 1 << 20  # tokens of one prompt or answer: more than any released context window
 MAX_PROMPTS = 100_000  # requests of one load point
+MAX_LOAD_POINTS = 64  # load points of one benchmark stage (each runs for minutes)
 MAX_POINT_TOKENS = 1 << 26  # prompt tokens one load point builds in memory (about 64 M)
 
 
@@ -43,7 +44,7 @@ class Workload(Settings):
     range_ratio: float = Field(default=1.0, gt=0.0, le=1.0)  # lengths uniform on [max(1, L*ratio), L]
     path: Path | None = Field(default=None, strict=False)  # in a space file: relative to the file
     api: Api = Field(default=Api.COMPLETIONS, strict=False)
-    seed: int = 1
+    seed: int = Field(default=1, ge=0, le=2**32 - 1)  # numpy's generators take seeds below 2**32
 
     @model_validator(mode="before")
     @classmethod
@@ -63,8 +64,8 @@ class LoadPoint(Settings):
     """One load level: a fixed concurrency, or a request rate (Poisson / gamma), or both."""
 
     concurrency: int | None = Field(default=64, ge=1, le=MAX_PROMPTS)
-    request_rate: float | None = Field(default=None, gt=0.0)  # requests/s; None = all at once
-    burstiness: float = Field(default=1.0, gt=0.0)  # gamma shape; 1.0 = Poisson
+    request_rate: float | None = Field(default=None, gt=0.0, le=1e6)  # requests/s; None = all at once
+    burstiness: float = Field(default=1.0, gt=0.0, le=1e3)  # gamma shape; 1.0 = Poisson
     num_prompts: int | None = Field(default=None, ge=1, le=MAX_PROMPTS)  # None = 5 x concurrency (≥ 32)
 
     @property
@@ -114,9 +115,9 @@ class BenchSettings(Settings):
     enabled: bool = True
     workload: Workload = Field(default_factory=Workload)
     load_points: Annotated[tuple[LoadPoint, ...], non_empty("load point")] = Field(
-        default=(LoadPoint(),), strict=False
+        default=(LoadPoint(),), strict=False, max_length=MAX_LOAD_POINTS
     )
-    warmup_requests: int | None = Field(default=None, ge=0)  # None = one per concurrency slot
+    warmup_requests: int | None = Field(default=None, ge=0, le=MAX_PROMPTS)  # None = one per concurrency slot
     flush_cache: bool = True
     settle_s: Duration = Field(default=1.0, validation_alias="settle")  # pause before the measured window
     timeouts: RequestTimeouts = Field(default_factory=RequestTimeouts)

@@ -8,6 +8,10 @@ joined with LF; comments (`:` lines) and other fields (`event:`, `id:`,
 
 The hot path is one `bytes.split` per chunk and a slice per event: an
 OpenAI stream is almost always `data: {...}\\n\\n`, one event per line.
+
+An event that grows past `MAX_EVENT_BYTES` without its blank line raises
+`StreamLimit`: a server that streams one endless event would otherwise fill
+the memory while the stream looks busy.
 """
 
 from __future__ import annotations
@@ -17,18 +21,33 @@ from typing import Any
 import orjson
 
 DONE = b"[DONE]"
+MAX_EVENT_BYTES = 4 * 1024 * 1024  # one event: a chunk of a few tokens is ~300 bytes, a usage ~500
+
+
+class StreamLimit(ValueError):
+    """A server's stream went past a bound (an endless event, more events than asked)."""
 
 
 class SseParser:
     """Turns byte chunks into complete SSE data payloads (bytes, without the `data:` prefix)."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_max")
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""
+        self._max = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        """Add bytes; return the data payloads of the events they complete, in order."""
+        """Add bytes; return the data payloads of the events they complete, in order.
+
+        Raises StreamLimit when the event still open holds more than the bound."""
+        out = self._feed(chunk)
+        if len(self._buf) > self._max:
+            self._buf = b""
+            raise StreamLimit(f"one SSE event longer than {self._max:,} bytes without its end")
+        return out
+
+    def _feed(self, chunk: bytes) -> list[bytes]:
         buf = self._buf + chunk if self._buf else chunk
         if b"\r" in buf:
             # A CR at the very end may be the first half of a CRLF: keep it for the next chunk.

@@ -24,6 +24,7 @@ import orjson
 
 from tuner.bench.settings import Api, Workload, WorkloadKind
 from tuner.errors import BenchmarkError
+from tuner.private import read_regular
 
 TOKEN_ID_LOW = 100  # clear of the special tokens at the start of common vocabularies
 TOKEN_ID_HIGH = 30_000  # the ids drawn when the served model's vocabulary is not known
@@ -112,13 +113,16 @@ def warmup_specs(requests: tuple[RequestSpec, ...], count: int) -> tuple[Request
     )
 
 
+MAX_DATASET_BYTES = 4 << 30  # ShareGPT V3 is ~650 MB; a dataset past 4 GiB would not fit in memory
+
+
 def load_dataset(workload: Workload) -> tuple[DatasetRow, ...]:
     """Read the workload's file (ShareGPT JSON or JSONL); raises BenchmarkError naming file:line."""
     if workload.path is None:
         raise BenchmarkError(f"workload kind {workload.kind.value!r} needs a path")
     path = Path(workload.path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_DATASET_BYTES)  # /dev/zero, a FIFO: refused, not read forever
     except OSError as exc:
         raise BenchmarkError(f"cannot read dataset {path}: {exc.strerror or exc}") from exc
     parse = parse_sharegpt if workload.kind is WorkloadKind.SHAREGPT else parse_jsonl

@@ -7,7 +7,10 @@ assembles them, sets up logging and turns a `TunerError` into one line and its e
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -40,6 +43,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m tuner`; returns the exit code."""
+    if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`>&-`): results would vanish
+        _say("error: standard output is closed; run with it open (or redirected to a file)")
+        return int(ExitCode.USAGE)
+    code = _main(argv)
+    try:
+        sys.stdout.flush()
+    except OSError as exc:  # `> /dev/full`, a closed pipe: one line, not a traceback at exit
+        _say(f"error: cannot write the output: {exc.strerror or exc}")
+        _quiet_stdout()
+        return int(ExitCode.USAGE)
+    return code
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit has nothing to fail on."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -56,13 +86,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if INTERRUPTS.requested:
             if code != ExitCode.INTERRUPTED:
                 print("interrupted", file=sys.stderr)
-            return ExitCode.INTERRUPTED
+            return INTERRUPTS.exit_code()
         return int(code or 0)
     except TunerError as exc:
+        if INTERRUPTS.requested:  # the stop ended a read, which failed: the stop is what happened
+            _say("interrupted")
+            return INTERRUPTS.exit_code()
         # one line whatever the cause said (a PostgreSQL error spans several): its lines joined
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         print(f"error: {'; '.join(lines)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        _say("interrupted")
+        return INTERRUPTS.exit_code()
+    except OSError as exc:
+        # the machine said no (stdout full or closed, a file where a folder belongs): one line, exit 2
+        if exc.errno in (errno.EPIPE, errno.ENOSPC, errno.EBADF) and exc.filename is None:
+            _say(f"error: cannot write the output: {exc.strerror or exc}")
+            _quiet_stdout()
+            return int(ExitCode.USAGE)
+        where = f"{exc.filename}: " if exc.filename else ""
+        _say(f"error: {where}{exc.strerror or exc}")
+        return int(ExitCode.USAGE)

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuner.cli.output import positive_int
+from tuner.bench.settings import MAX_PROMPTS
+from tuner.cli.output import MAX_COUNT, MAX_LOAD, MAX_REPEATS, bounded_float, bounded_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     cap.add_argument("--space", required=True, type=Path, help="the study's space file")
     which = cap.add_mutually_exclusive_group(required=True)
-    which.add_argument("--trial", type=int, default=None, help="the trial to measure")
+    which.add_argument("--trial", type=bounded_int(0, MAX_COUNT), default=None, help="the trial to measure")
     which.add_argument("--best", action="store_true", help="the trial `export --best` would choose")
     cap.add_argument("--db", default=None)
     cap.add_argument("--study", default=None)
@@ -32,13 +33,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     knob.add_argument("--request-rate", action="store_true", help="raise the offered request rate (default)")
     knob.add_argument("--concurrency", action="store_true", help="raise the number of concurrent requests")
     cap.add_argument(
-        "--start", type=float, default=None, help="first load (default: what the trial sustained)"
+        "--start",
+        type=bounded_float(0.0, MAX_LOAD),
+        default=None,
+        help="first load (default: what the trial sustained)",
     )
     cap.add_argument(
-        "--repeats", type=positive_int, default=3, help="measurements per load near the boundary"
+        "--repeats",
+        type=bounded_int(1, MAX_REPEATS),
+        default=3,
+        help="measurements per load near the boundary",
     )
-    cap.add_argument("--max-points", type=positive_int, default=14, help="measurements in all")
-    cap.add_argument("--prompts", type=positive_int, default=None, help="requests per load point")
+    cap.add_argument("--max-points", type=bounded_int(1, 1_000), default=14, help="measurements in all")
+    cap.add_argument(
+        "--prompts", type=bounded_int(1, MAX_PROMPTS), default=None, help="requests per load point"
+    )
     cap.set_defaults(handler=cmd_capacity)
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.config import NOT_THE_CONFIGURATION, Outcome, Phase
+from tuner.names import one_line
 from tuner.result import TrialResult
 from tuner.study.events import TrialEvent
 
@@ -56,7 +57,7 @@ def result_line(result: TrialResult) -> str:
         parts.append(f"min_free={min(result.min_free_mib)} MiB")
     if result.failure is not None:
         parts.append(f"[{result.failure.phase.value}] {result.failure.message}")
-    return "  ".join(parts)
+    return one_line("  ".join(parts))  # a server's words (its log, its errors) escaped on one line
 
 
 class RunDisplay:

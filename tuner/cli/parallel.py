@@ -27,7 +27,7 @@ from typing import IO
 from tuner.cli.run_options import RunOptions
 from tuner.cli.worker_events import PhaseChanged, TrialStarted, parse_event
 from tuner.errors import ConfigError, ExitCode
-from tuner.interrupts import INTERRUPTS
+from tuner.interrupts import INTERRUPTS, STOP_EXIT_CODES
 from tuner.space.loader import SearchSpace
 from tuner.study.events import TrialEvent
 
@@ -181,7 +181,7 @@ class Supervisor:
 
 def exit_code(codes: Sequence[int], interrupted: bool) -> int:
     """130 when stopped by a signal or any worker was; else the first failing worker's code; else 0."""
-    if interrupted or INTERRUPTED in codes or any(c < 0 for c in codes):
+    if interrupted or any(c in STOP_EXIT_CODES or c < 0 for c in codes):
         return INTERRUPTED
     return next((c for c in codes if c != 0), 0)
 
@@ -206,7 +206,7 @@ def run_parallel(
         except KeyboardInterrupt:  # outside the queue wait (e.g. while drawing): stop, keep following
             supervisor.stop()
     codes = supervisor.wait()
-    interrupted = supervisor.stopping or INTERRUPTED in codes
+    interrupted = supervisor.stopping or any(c in STOP_EXIT_CODES for c in codes)
     budget = options.trials or space.budget.n_trials
     _summary(db_url, study, budget, interrupted)
     return exit_code(codes, supervisor.stopping)

@@ -16,11 +16,13 @@ from pydantic import ValidationError
 from tuner.bench.serving_json import bench_serving_records
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, Workload, WorkloadKind
 from tuner.bench.types import BenchResult, LoadPointResult
-from tuner.cli.output import database_arg
+from tuner.cli.output import bounded_int, database_arg, server_url
 from tuner.errors import ConfigError
 from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook, write_reference
-from tuner.gate.settings import GateSettings, ReferenceSource
+from tuner.gate.settings import MAX_BURST, GateSettings, ReferenceSource
+from tuner.interrupts import INTERRUPTS
+from tuner.names import one_line
 from tuner.sglang.auth import API_KEY_ENV, auth_for_url
 
 # the workload and load-point flags, by dest (they build a BenchSettings when --space is not given)
@@ -46,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     bench = sub.add_parser(
         "bench", help="run the benchmark stage against a running server (no launch); bench_serving figures"
     )
-    bench.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:30000")
+    bench.add_argument(
+        "--url", required=True, type=server_url, help="the server, e.g. http://127.0.0.1:30000"
+    )
     bench.add_argument("--space", type=Path, default=None, help="take workload and load points from here")
     bench.add_argument("--model", default=None, help="model name to send (default: /v1/models' first)")
     bench.add_argument("--json", action="store_true", help="print the whole result as JSON (as `trial`)")
@@ -76,10 +80,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     bench.set_defaults(handler=cmd_bench)
 
     gate = sub.add_parser("gate", help="run the correctness / NaN gate against a running server (no launch)")
-    gate.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:30000")
+    gate.add_argument("--url", required=True, type=server_url, help="the server, e.g. http://127.0.0.1:30000")
     gate.add_argument("--space", type=Path, default=None, help="take the gate settings from here")
     gate.add_argument("--model", default=None)
-    gate.add_argument("--burst-size", type=int, default=None, help="default: the server's largest graph, ≥ 8")
+    gate.add_argument(
+        "--burst-size",
+        type=bounded_int(1, MAX_BURST),
+        default=None,
+        help="default: the server's largest graph, ≥ 8",
+    )
     gate.add_argument("--reference", type=Path, default=None, help="greedy outputs must agree with this file")
     gate.add_argument("--record", type=Path, default=None, help="write this server's greedy outputs here")
     gate.add_argument("--json", action="store_true", help="print the whole result as JSON (as `trial`)")
@@ -89,7 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ref = sub.add_parser("reference", help="write a reference file from a recorded trial's greedy outputs")
     ref.add_argument("--db", type=database_arg, default=None)
     ref.add_argument("--study", default=None)
-    ref.add_argument("--trial", type=int, required=True, metavar="N")
+    ref.add_argument("--trial", type=bounded_int(0, 1_000_000), required=True, metavar="N")
     ref.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     ref.set_defaults(handler=cmd_reference)
 
@@ -100,6 +109,11 @@ def _add_api_key(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"the server's --api-key (default: ${API_KEY_ENV}); sent as a bearer token, never printed",
     )
+
+
+def stop_requested() -> bool:
+    """A stop signal arrived (the handler only records it; the stage acts on it)."""
+    return INTERRUPTS.requested
 
 
 def bench_settings(args: argparse.Namespace) -> BenchSettings:
@@ -164,7 +178,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     settings = bench_settings(args)
     auth = auth_for_url(args.api_key)
-    result = benchmark(args.url.rstrip("/"), settings, model=args.model, progress=not args.json, auth=auth)
+    stop = stop_requested  # Ctrl-C, SIGTERM, SIGHUP...: every request is cancelled, whatever the server does
+    result = benchmark(
+        args.url.rstrip("/"), settings, model=args.model, progress=not args.json, auth=auth, stop=stop
+    )
     if args.json and args.json_format == "bench_serving":
         for record in bench_serving_records(result, settings):
             print(json.dumps(record))  # json, as bench_serving writes it (a rate of inf is Infinity)
@@ -197,7 +214,7 @@ def bench_lines(result: BenchResult) -> list[str]:
         lines.append("the server died during the benchmark: results are partial")
     if result.deadline_hit:
         lines.append("the stage deadline ended the benchmark: results are partial")
-    return lines
+    return [one_line(line) for line in lines]  # a server's text (model id, errors) escaped
 
 
 def _point_lines(point: LoadPointResult) -> list[str]:
@@ -259,7 +276,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     book = ReferenceBook(settings.reference, None) if settings.reference.enabled else None
     auth = auth_for_url(args.api_key)
     result = gate(
-        url, settings, captured_bs=captured_sizes(url, auth), model=args.model, reference=book, auth=auth
+        url,
+        settings,
+        captured_bs=captured_sizes(url, auth),
+        model=args.model,
+        reference=book,
+        auth=auth,
+        stop=stop_requested,
     )
     if args.record is not None and result.reference is not None:
         try:
@@ -294,7 +317,7 @@ def gate_lines(result: GateResult) -> list[str]:
                 "agrees" if agreement.agrees else f"differs at {agreement.unit} {agreement.first_mismatch}"
             )
             lines.append(f"  reference  {agreement.prompt[:40]!r}: {where} of {agreement.compared}")
-    return lines
+    return [one_line(line) for line in lines]  # a server's text (answers, log lines) escaped
 
 
 def cmd_reference(args: argparse.Namespace) -> int:

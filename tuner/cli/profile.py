@@ -6,9 +6,20 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from tuner.cli.output import check_writable, database_arg, output_folder, positive_int, write_file, written
+from tuner.cli.output import (
+    MAX_COUNT,
+    MAX_REPEATS,
+    bounded_int,
+    check_writable,
+    csv_safe,
+    database_arg,
+    output_folder,
+    release,
+    write_file,
+    written,
+)
 from tuner.errors import ConfigError, ExitCode
 
 
@@ -23,7 +34,9 @@ def _add_choice(p: argparse.ArgumentParser) -> None:
         "--study", default=None, help="study name (default: the space's, or the database's only one)"
     )
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--trial", type=int, default=None, metavar="N", help="this Optuna trial number")
+    which.add_argument(
+        "--trial", type=bounded_int(0, MAX_COUNT), default=None, metavar="N", help="this Optuna trial number"
+    )
     which.add_argument(
         "--best", action="store_true", help="pick from the feasible Pareto front (the default)"
     )
@@ -36,7 +49,7 @@ def _add_choice(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--min-free-vram",
-        type=int,
+        type=bounded_int(0, 1 << 24),
         default=None,
         metavar="MIB",
         dest="min_free_mib",
@@ -61,6 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     export.add_argument("--format", choices=("sh", "yaml", "json"), default="sh")
     export.add_argument(
         "--sglang-version",
+        type=release,
         default=None,
         metavar="V",
         help="re-render the knobs and fixed flags for SGLang release V (renames applied, removals reported)",
@@ -68,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     export.add_argument(
         "--engine",
         choices=("sglang", "sim"),
-        default="sglang",
+        default=None,
         help="with --sglang-version: launch with real SGLang (default) or the simulator pretending to be V",
     )
     export.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="default: stdout")
@@ -77,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     confirm = sub.add_parser("confirm", help="relaunch a trial's configuration N times and record each run")
     _add_choice(confirm)
     confirm.add_argument("--space", required=True, type=Path, help="the study's search space YAML")
-    confirm.add_argument("--repeats", type=positive_int, default=3)
+    confirm.add_argument("--repeats", type=bounded_int(1, MAX_REPEATS), default=3)
     confirm.set_defaults(handler=cmd_confirm)
 
     report = sub.add_parser("report", help="write a study's tables (CSV) and plots (PNG) to a folder")
@@ -134,6 +148,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from tuner.report.profile import render
     from tuner.store.connect import database_url
 
+    if args.engine is not None and args.sglang_version is None:
+        raise ConfigError(
+            f"--engine {args.engine}: expected --sglang-version V with it (the release to render)"
+        )
     if args.output is not None:  # a path that cannot be written is refused before anything is said
         check_writable(args.output, "-o")
     data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args), goodput=True)
@@ -154,7 +172,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         from tuner.report.rerender import for_release
 
         target = _target_table(args.sglang_version)
-        profile = for_release(profile, table, target, engine=args.engine)
+        profile = for_release(profile, table, target, engine=args.engine or "sglang")
         table = target
         for note in profile.notes:
             print(note, file=sys.stderr)
@@ -232,7 +250,11 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                 f"  {m.title:<18} median {m.show(spread.median):>16}   min {m.show(spread.low):>16}   "
                 f"max {m.show(spread.high):>16}   n={spread.n}"
             )
-    print(f"export it: python -m tuner export --db {url} --study {run.study} --trial {run.trial} --format sh")
+    from tuner.store.connect import mask_url
+
+    shown = mask_url(url)  # a password stays out of the terminal: the user adds it back
+    where = f"--db {shown} --study {run.study} --trial {run.trial}"
+    print(f"export it: python -m tuner export {where} --format sh")
     if run.interrupted:
         return ExitCode.INTERRUPTED
     return 0 if run.all_ok else 1
@@ -281,27 +303,27 @@ def cmd_report(args: argparse.Namespace) -> int:
     context = context_line(data)
     out = output_folder(args.out, "--out")
 
-    def save(name: str, write: Callable[[Path], object]) -> None:
-        with written(out / name, "--out") as tmp:
-            write(tmp)
+    def save(name: str, write: Callable[[IO[Any]], object]) -> None:
+        with written(out / name, "--out", binary=name.endswith(".png")) as fh:
+            write(fh)
 
-    save("trials.csv", lambda p: frame.to_csv(p, index=False))
-    save("front.csv", lambda p: front_frame(data, front).to_csv(p, index=False))
-    save("failures.csv", lambda p: failures_frame(data).to_csv(p, index=False))
+    save("trials.csv", lambda f: csv_safe(frame).to_csv(f, index=False))
+    save("front.csv", lambda f: csv_safe(front_frame(data, front)).to_csv(f, index=False))
+    save("failures.csv", lambda f: csv_safe(failures_frame(data)).to_csv(f, index=False))
     if data.capacity:
         from tuner.report.capacity_plot import capacity_plot
         from tuner.store.capacity import latest_by_row
 
-        save("capacity.csv", lambda p: capacity_frame(data.capacity).to_csv(p, index=False))
+        save("capacity.csv", lambda f: csv_safe(capacity_frame(data.capacity)).to_csv(f, index=False))
         for record in latest_by_row(data.capacity).values():
             who = record.trial_number if record.trial_number is not None else f"row{record.row_id}"
             figure = capacity_plot(record, context=context)
-            with written(out / f"capacity_{who}.png", "--out") as tmp:
-                save_png(figure, tmp)
+            with written(out / f"capacity_{who}.png", "--out", binary=True) as fh:
+                save_png(figure, fh)
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
-    save("importances.csv", importances.table.to_csv)
+    save("importances.csv", lambda f: csv_safe(importances.table).to_csv(f))
     title = f"{data.name}: Pareto front"
     save("pareto.png", lambda p: save_png(pareto_plot(frame, title=title, context=context), p))
     save("history.png", lambda p: save_png(history_plot(frame, context=context), p))

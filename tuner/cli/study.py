@@ -14,10 +14,21 @@ from pathlib import Path
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tuner.cli.output import database_arg, duration, gpu_list, positive_int, seed, study_name
+from tuner.cli.output import (
+    bounded_int,
+    check_folder,
+    database_arg,
+    duration,
+    gpu_list,
+    positive_int,
+    release,
+    seed,
+    study_name,
+)
 from tuner.cli.run_options import RunOptions
-from tuner.config import Phase
+from tuner.config import MAX_GPU_INDEX, Phase
 from tuner.errors import ConfigError, ExitCode, FlagError
+from tuner.names import one_line
 from tuner.space.loader import SearchSpace
 
 
@@ -49,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     run.add_argument(
         "--parallel",
-        type=int,
+        type=bounded_int(1, MAX_GPU_INDEX + 1),
         default=None,
         metavar="N",
         help="N trials at once on disjoint GPU sets of this node (default: the space's budget.parallel)",
@@ -90,7 +101,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     validate = sub.add_parser("validate", help="render and check every choice of a space without launching")
     validate.add_argument("--space", required=True, type=Path)
-    validate.add_argument("--sglang-version", default=None, help="check against this release's options")
+    validate.add_argument(
+        "--sglang-version", type=release, default=None, help="check against this release's options"
+    )
     validate.set_defaults(handler=cmd_validate)
 
     status = sub.add_parser("status", help="trials, failures by class and the Pareto front of a study")
@@ -125,6 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from tuner.capacity.run import slos_for
 
         slos_for(space, ())  # refused before the study starts when the space has no SLO to measure under
+    check_folder(space.log_dir / "live", "log_dir")  # a file where the run folder belongs: before any write
     check_database(url, create=True)  # the database first: its mistakes are the likelier ones
     engine_for(space, state_root=None)  # a missing interpreter is refused before anything is written
     check_gpu_indices(space)  # so are GPUs the node does not have
@@ -171,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             reused = f" (reused #{ev.reused_from})" if ev.reused_from is not None else ""
             head = f"trial {ev.number}: {ev.outcome.value} {values} {ev.duration_s:.1f}s{reused}"
             print(
-                f"{head} {ev.message[:100]}",
+                one_line(f"{head} {ev.message[:100]}"),  # a server's text escaped
                 file=sys.stderr,
                 flush=True,
             )

@@ -29,7 +29,7 @@ from tuner.errors import ConfigError
 from tuner.gate.garbage import GarbageFinding, GarbageReason, estimate_tokens, inspect_content, inspect_text
 from tuner.gate.load import BurstLoad
 from tuner.gate.reference import CANARY_MARK, ReferenceCheck
-from tuner.gate.settings import GatePrompt, GateSettings
+from tuner.gate.settings import MAX_BURST, GatePrompt, GateSettings
 
 DEFAULT_BURST_SIZE = 8  # also the least burst: smaller batches are covered as a burst drains
 REASON_MAX_CHARS = 300
@@ -145,9 +145,9 @@ def choose_burst_size(settings: GateSettings, captured_bs: Sequence[int] | None)
     server without graphs still gets a batched decode to fail in.
     """
     if settings.burst_size is not None:
-        return settings.burst_size
+        return min(settings.burst_size, MAX_BURST)
     if captured_bs:
-        return max(DEFAULT_BURST_SIZE, max(captured_bs))
+        return min(MAX_BURST, max(DEFAULT_BURST_SIZE, max(captured_bs)))  # a server's figure, bounded
     return DEFAULT_BURST_SIZE
 
 
@@ -262,7 +262,9 @@ def parse_reply(body: Any) -> Reply:
         content = message.get("content") or ""
         reasoning = message.get("reasoning_content") or message.get("reasoning") or None
         usage = body.get("usage") or {}
+        usage = usage if isinstance(usage, dict) else {}  # a server's answer: any shape
         details = usage.get("completion_tokens_details") or {}
+        details = details if isinstance(details, dict) else {}
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ValueError(f"no choices[0].message in the response ({exc!r})") from exc
     if not isinstance(content, str):

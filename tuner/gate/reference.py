@@ -11,7 +11,6 @@ a wrong configuration that a keyword check cannot see.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from tuner.errors import ConfigError
 from tuner.gate.settings import ReferenceSettings, ReferenceSource
+from tuner.private import atomic_open, read_regular
 from tuner.sglang.logs import KV_CANARY_MARK
 
 CANARY_MARK = KV_CANARY_MARK
@@ -171,15 +171,17 @@ def write_reference(path: Path, outputs: Sequence[GreedyOutput], *, source: str,
         ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    with atomic_open(path) as fh:  # a random O_EXCL temporary file, then a rename: no planted symlink
+        fh.write(json.dumps(data, indent=1) + "\n")
+
+
+MAX_REFERENCE_BYTES = 64 << 20  # greedy answers of a few prompts: kilobytes
 
 
 def read_reference(path: Path) -> tuple[tuple[GreedyOutput, ...], str]:
     """(answers, source) of a reference file; ConfigError naming the file when it is unreadable."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path, MAX_REFERENCE_BYTES))  # not a FIFO or a device
         answers = tuple(
             GreedyOutput(
                 prompt=str(a["prompt"]),

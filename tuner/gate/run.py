@@ -47,6 +47,7 @@ from tuner.gate.reference import GreedyOutput, ReferenceBook, ReferenceCheck, ag
 from tuner.gate.settings import GatePrompt, GateSettings
 from tuner.sglang.auth import ServerAuth, httpx_auth
 from tuner.sglang.batch_lines import running_requests
+from tuner.sglang.http import async_client
 
 __all__ = [
     "DEFAULT_BURST_SIZE",
@@ -145,13 +146,14 @@ async def run_gate(
     nan_lines: Callable[[], Sequence[str]] = nan_log_lines or tuple
     timeout = httpx.Timeout(settings.timeout_s, connect=min(CONNECT_TIMEOUT_S, settings.timeout_s))
     limits = httpx.Limits(max_connections=run.burst_size, max_keepalive_connections=run.burst_size)
-    async with httpx.AsyncClient(
-        base_url=base_url,
+    async with async_client(  # no proxy; every answer bounded in bytes and time, stop-aware
+        base_url,
         timeout=timeout,
+        deadline_s=settings.timeout_s,
         limits=limits,
         transport=transport,
-        trust_env=False,
         auth=httpx_auth(auth),
+        stop=stop,
     ) as client:
         work = asyncio.create_task(run.rounds(client, nan_lines))
         watchers = {work}
@@ -365,14 +367,20 @@ async def _greedy(client: httpx.AsyncClient, prompt: str, tokens: int) -> Greedy
     response = await client.post("/generate", json=payload)
     response.raise_for_status()
     body = response.json()
-    if isinstance(body, list):
+    if isinstance(body, list) and body:
         body = body[0]
+    if not isinstance(body, dict):
+        raise ValueError(f"/generate answered {type(body).__name__} {str(body)[:60]!r}, not an object")
     ids = body.get("output_ids")
+    meta = body.get("meta_info")
+    meta = meta if isinstance(meta, dict) else {}
     if not isinstance(ids, list):
-        logprobs = (body.get("meta_info") or {}).get("output_token_logprobs")
-        ids = [entry[1] for entry in logprobs] if isinstance(logprobs, list) else None
-    token_ids = tuple(int(t) for t in ids) if isinstance(ids, list) else None
-    top2 = _top2((body.get("meta_info") or {}).get("output_top_logprobs"))
+        logprobs = meta.get("output_token_logprobs")
+        ids = [_token_id(entry) for entry in logprobs] if isinstance(logprobs, list) else None
+    if isinstance(ids, list) and not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise ValueError("/generate: output token ids are not all integers")
+    token_ids = tuple(ids) if isinstance(ids, list) else None
+    top2 = _top2(meta.get("output_top_logprobs"))
     return GreedyOutput(prompt=prompt, token_ids=token_ids, text=str(body.get("text", "")), top2=top2)
 
 
@@ -387,6 +395,13 @@ def _top2(value: object) -> tuple[tuple[tuple[int, float], ...], ...] | None:
         )
     except (TypeError, ValueError, IndexError):
         return None
+
+
+def _token_id(entry: object) -> object:
+    """The token id of one `output_token_logprobs` entry ([logprob, id, text]); ValueError when short."""
+    if not isinstance(entry, (list, tuple)) or len(entry) < 2:
+        raise ValueError(f"/generate: a logprob entry {str(entry)[:40]!r} has no token id")
+    return entry[1]
 
 
 async def _post(client: httpx.AsyncClient, prompt: GatePrompt, payload: dict[str, Any]) -> dict[str, Any]:

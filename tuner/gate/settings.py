@@ -15,6 +15,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tuner.settings import Duration, Regex, Settings, mistake, non_empty, space_dir
 
+MAX_BURST = 4_096  # simultaneous gate requests: past SGLang's largest CUDA graph (1,024) nothing new is seen
+MAX_GATE_TOKENS = 1 << 20  # tokens of one gate answer: more than any released context window
+
 
 class GatePrompt(Settings):
     """A prompt with a checkable answer, asked at temperature 0."""
@@ -23,8 +26,8 @@ class GatePrompt(Settings):
     prompt: str = Field(min_length=1)
     expect: str | None = Field(default=None, min_length=1)  # substring, case-insensitive
     expect_regex: Regex | None = None
-    max_tokens: int = Field(default=64, ge=1)
-    min_tokens: int = Field(default=1, ge=0)  # an answer shorter than this is garbage
+    max_tokens: int = Field(default=64, ge=1, le=MAX_GATE_TOKENS)
+    min_tokens: int = Field(default=1, ge=0, le=MAX_GATE_TOKENS)  # an answer shorter than this is garbage
 
     @model_validator(mode="before")
     @classmethod
@@ -107,7 +110,8 @@ class ReferenceSettings(Settings):
     prompts: Annotated[tuple[str, ...], non_empty("reference prompt")] = Field(
         default=DEFAULT_REFERENCE_PROMPTS, strict=False
     )
-    tokens: int = Field(default=64, ge=1)  # the compared length: greedy tokens generated per prompt
+    # the compared length: greedy tokens generated per prompt
+    tokens: int = Field(default=64, ge=1, le=MAX_GATE_TOKENS)
     # A first difference where the reference's own top-1 and top-2 tokens are within this many nats is
     # a near-tie, not a failure: bf16 keeps 8 significant bits, so a logit of magnitude ~10-30 is
     # rounded by ~0.04-0.1, and kernels that reduce in another order differ by a few such roundings.
@@ -133,7 +137,8 @@ class GateSettings(Settings):
     enabled: bool = True
     prompts: tuple[GatePrompt, ...] = Field(default=DEFAULT_PROMPTS, strict=False)  # empty: reference only
     reference: ReferenceSettings = Field(default_factory=ReferenceSettings)
-    burst_size: int | None = Field(default=None, ge=1)  # None = the largest captured CUDA-graph batch (≥ 8)
+    # None = the largest captured CUDA-graph batch (≥ 8)
+    burst_size: int | None = Field(default=None, ge=1, le=MAX_BURST)
     timeout_s: Duration = Field(default=600.0, gt=0, validation_alias="timeout")
 
     @model_validator(mode="after")

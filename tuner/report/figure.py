@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -25,8 +26,13 @@ def label(metric: str) -> str:
     return heading(metric)
 
 
-def save_png(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
-    """Write the figure as a PNG at its own size (parent folders created); returns the path."""
+def save_png(fig: Figure, path: str | Path | IO[bytes], *, dpi: int = 120) -> Path | None:
+    """Write the figure as a PNG at its own size (parent folders created); returns the path.
+
+    A file object (the CLI's atomic writer) is written as it is; None is returned."""
+    if not isinstance(path, (str, Path)):
+        fig.savefig(path, format="png", dpi=dpi)
+        return None
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=dpi)

@@ -26,6 +26,7 @@ from tuner.errors import LaunchError
 from tuner.private import open_private, private_dir
 from tuner.sglang import logs
 from tuner.sglang.auth import ServerAuth, auth_from_argv, httpx_auth
+from tuner.sglang.http import SyncClient, json_object
 from tuner.sglang.log_events import Ready
 from tuner.sglang.log_parse import parse_line
 from tuner.sglang.options import version_key
@@ -187,9 +188,7 @@ class ServerProcess:
         t = self.spec.timeouts
         health_path = "/ready" if version_key(self.spec.sglang_version) >= (0, 5, 20, 0) else "/health"
         auth = httpx_auth(auth_from_argv(self.spec.argv))  # readiness and /server_info carry the launch's key
-        with httpx.Client(
-            base_url=self.spec.base_url, timeout=httpx.Timeout(10.0, connect=2.0), auth=auth
-        ) as client:
+        with SyncClient(self.spec.base_url, timeout_s=10.0, connect_s=2.0, auth=auth) as client:
             while True:
                 if check is not None:
                     check()
@@ -213,13 +212,13 @@ class ServerProcess:
                         return facts
                 self.died.wait(t.ready_poll_s)
 
-    def _probe(self, client: httpx.Client, path: str) -> bool:
+    def _probe(self, client: SyncClient, path: str) -> bool:
         try:
             return client.get(path).status_code == 200
         except httpx.HTTPError:
             return False
 
-    def _facts(self, client: httpx.Client) -> ServerFacts | None:
+    def _facts(self, client: SyncClient) -> ServerFacts | None:
         info = self._server_info(client)
         state = self.state
         kv = _kv_tokens(info) if info else None
@@ -239,10 +238,10 @@ class ServerProcess:
             available_gpu_mem_gb=state.available_gpu_mem_gb,
             sparse_backends=state.backends,
             weights_gb=state.weights_gb,
-            server_version=(info or {}).get("version"),
+            server_version=_version_text((info or {}).get("version")),
         )
 
-    def _server_info(self, client: httpx.Client) -> dict[str, Any] | None:
+    def _server_info(self, client: SyncClient) -> dict[str, Any] | None:
         paths = ["/server_info", "/get_server_info"]
         if version_key(self.spec.sglang_version) < (0, 5, 6, 0):
             paths.reverse()
@@ -251,13 +250,9 @@ class ServerProcess:
                 resp = client.get(path)
             except httpx.HTTPError:
                 continue
-            if resp.status_code == 200:
-                try:
-                    data = resp.json()
-                except ValueError:
-                    continue
-                if isinstance(data, dict):
-                    return data
+            data = json_object(resp) if resp.status_code == 200 else None
+            if data is not None:
+                return data
         return None
 
     def _launch_failure(self) -> Failure | None:
@@ -334,30 +329,47 @@ def _kv_tokens(info: dict[str, Any]) -> int | None:
     """max_total_num_tokens from a /server_info payload of any version."""
     for holder in (info, info.get("scheduler_info") or {}):
         value = holder.get("max_total_num_tokens") if isinstance(holder, dict) else None
-        if isinstance(value, int):
-            return value
+        if _plausible_count(value):
+            return int(value)  # type: ignore[arg-type]
     states = info.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
         mem = states[0].get("memory_usage") or {}
         cap = mem.get("token_capacity") if isinstance(mem, dict) else None
-        if isinstance(cap, (int, float)):
-            return int(cap)
+        if _plausible_count(cap):
+            return int(cap)  # type: ignore[arg-type]
     return None
+
+
+MAX_KV_TOKENS = 1 << 40  # a server's KV pool in tokens: ~10^8 on the largest node; beyond is not real
+
+
+def _version_text(value: object) -> str | None:
+    """The server's own version string when it is a short printable one (a server's answer: bounded)."""
+    if isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable():
+        return value
+    return None
+
+
+def _plausible_count(value: object) -> bool:
+    """A token count a server can mean: a finite number 0..MAX_KV_TOKENS (not a bool, inf or NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return 0 <= value <= MAX_KV_TOKENS  # NaN compares false
 
 
 def server_info(
     base_url: str, *, timeout_s: float = 10.0, auth: ServerAuth | None = None
 ) -> dict[str, Any] | None:
     """/server_info (or /get_server_info before 0.5.6) of a running server; None if neither answers."""
-    with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False, auth=httpx_auth(auth)) as client:
-        for path in ("/server_info", "/get_server_info"):
-            try:
-                resp = client.get(path)
-                data = resp.json() if resp.status_code == 200 else None
-            except (httpx.HTTPError, ValueError):
-                continue
-            if isinstance(data, dict):
-                return data
+    client = SyncClient(base_url, timeout_s=timeout_s, auth=httpx_auth(auth))
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            resp = client.get(path)
+        except httpx.HTTPError:
+            continue
+        data = json_object(resp) if resp.status_code == 200 else None
+        if data is not None:
+            return data
     return None
 
 
@@ -384,7 +396,8 @@ def decode_graphs(info: dict[str, Any]) -> tuple[bool | None, tuple[int, ...] | 
         if sizes:
             return True, sizes
         top = decode.get("max_bs")
-        if isinstance(top, int) and not isinstance(top, bool) and top > 0:
+        if _plausible_bs(top):
+            assert isinstance(top, int)
             return True, (top,)
     if info.get("disable_cuda_graph") or info.get("disable_decode_cuda_graph"):
         return False, None
@@ -394,12 +407,25 @@ def decode_graphs(info: dict[str, Any]) -> tuple[bool | None, tuple[int, ...] | 
             return True, sizes
     for key in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"):
         top = info.get(key)
-        if isinstance(top, int) and not isinstance(top, bool) and top > 0:
+        if _plausible_bs(top):
+            assert isinstance(top, int)
             return True, (top,)
+    if any(info.get(k) is not None for k in ("cuda_graph_bs", "cuda_graph_max_bs")):
+        log.warning("the server's CUDA-graph batch sizes are not plausible (1..%d); ignored", MAX_GRAPH_BS)
     return None, None
 
 
 def _int_list(value: object) -> tuple[int, ...] | None:
-    if isinstance(value, list) and value and all(type(b) is int for b in value):
-        return tuple(sorted(set(value)))
+    """A server's capture list, bounded: None unless every size is plausible (1..MAX_GRAPH_BS)."""
+    if isinstance(value, list) and value and all(_plausible_bs(b) for b in value[:MAX_GRAPH_SIZES]):
+        return tuple(sorted(set(value[:MAX_GRAPH_SIZES])))
     return None
+
+
+MAX_GRAPH_BS = 16_384  # SGLang's largest default capture is 1,024 (0.5.23); a batch size beyond is not real
+MAX_GRAPH_SIZES = 4_096
+
+
+def _plausible_bs(value: object) -> bool:
+    """A batch size a server can have captured: an integer 1..MAX_GRAPH_BS (a server's answer, bounded)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GRAPH_BS

@@ -9,6 +9,7 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from tuner.secrets import is_secret_flag, is_secret_name, redact_shapes
 from tuner.sglang.knobs import (
     FlagContext,
     check_scalar,
@@ -57,10 +58,18 @@ class Forbidden:
     source: str = ""
 
 
+MAX_PARAMS = 256  # searched knobs of one space: SGLang has ~300 flags in all
+MAX_CHOICES = 1_024  # choices of one param: more is a range, and the search could not cover them
+
+
 def parse_params(src: Source, nodes: list[Node], ctx: FlagContext) -> tuple[Param, ...]:
     """Every `params:` entry, in order, with conditions checked against the params before it."""
     params: list[Param] = []
     targets: dict[str, str] = {}  # target key -> param name
+    if len(nodes) > MAX_PARAMS:
+        raise src.error(
+            nodes[MAX_PARAMS], "params", f"more than {MAX_PARAMS} searched params (got {len(nodes):,})"
+        )
     for index, node in enumerate(nodes):
         where = f"params[{index}]"
         kind_sec = Section(src, node, where, None)
@@ -92,6 +101,12 @@ def _parse_param(sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagC
     if name in RESERVED_NAMES:
         raise sec.error("name", f"{name!r} is reserved; choose another param name")
     sec.where = name  # messages now read "mem-fraction-static: ..."
+    if is_secret_name(name) or (flag is not None and is_secret_flag(flag)):
+        raise sec.error(
+            "name",
+            f"{flag or name} takes a credential, which is never searched (it would be stored and shown "
+            "with every trial); set it in fixed: or env: from ${VAR}",
+        )
     target = _TARGETS.get(kind, Target.FLAG)
     if target is Target.FLAG:
         flag = flag or name
@@ -150,6 +165,10 @@ def _with_choices(sec: Section, param: Param) -> Param:
     nodes = sec.seq("choices")
     if not nodes:
         raise sec.error("choices", "expected a non-empty list of choices")
+    if len(nodes) > MAX_CHOICES:
+        raise sec.error(
+            "choices", f"at most {MAX_CHOICES:,} choices (got {len(nodes):,}): search a range instead"
+        )
     choices: list[Any] = []
     for node in nodes:
         raw = python_value(node)
@@ -157,6 +176,12 @@ def _with_choices(sec: Section, param: Param) -> Param:
             value = encode_value(param, raw)
         except ValueError as exc:
             raise sec.src.error(node, f"{param.name}.choices", f"expected {exc} (got {show(raw)})") from None
+        if isinstance(value, str) and redact_shapes(value) != value:
+            raise sec.src.error(
+                node,
+                f"{param.name}.choices",
+                "a choice shaped like a credential (a token, a key) is never searched",
+            )
         if any(same_value(value, c) for c in choices):
             raise sec.src.error(node, f"{param.name}.choices", f"duplicate choice {show_choice(value)}")
         choices.append(value)

@@ -117,6 +117,8 @@ def parse_fixed_flags(
             value = _expand(sec, key, value, environ)
             if control_problem(value):
                 raise sec.error(key, f"--{key}: {control_problem(value)}")
+            if not value.strip():  # `model-path: ""` would launch a server with no model
+                raise sec.error(key, f"--{key}: expected a value (got an empty string)")
         problem = check_value(spec, value) or fixed_value_problem(spec.dest, value)
         if problem:
             raise sec.error(key, f"--{key}: {problem} (got {show(value)})")

@@ -11,6 +11,7 @@ tuner.space.build and tuner.space.fixed; `SpaceFile` only declares those keys.
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -22,9 +23,10 @@ from tuner.config import MAX_GPU_INDEX, LaunchTimeouts
 from tuner.errors import ConfigError
 from tuner.gate.settings import GateSettings
 from tuner.metrics import ALIASES, DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, canonical, direction_of
-from tuner.names import NAME_PATTERN, name_problem, version_problem
+from tuner.names import NAME_PATTERN, control_problem, name_problem, version_problem
 from tuner.settings import Duration, Settings, mistake, non_empty, show, space_dir
 from tuner.sglang.knobs import VERSION_PATTERN, check_version_text
+from tuner.space.sim_inject import sim_inject_problem
 
 SIM_DEFAULT_SGLANG_VERSION = "0.5.9"
 MAX_SPACE_NAME_LEN = 100  # the study name adds -vVERSION; the store's columns hold 255 characters
@@ -57,6 +59,15 @@ class EngineSpec(Settings):
     sim_inject: tuple[Annotated[str, Field(pattern=r"^[a-z_]+=[A-Za-z0-9_.:-]+$")], ...] = Field(
         default=(), strict=False
     )
+
+    @field_validator("sim_inject")
+    @classmethod
+    def _known_injections(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            problem = sim_inject_problem(item)
+            if problem:
+                raise ValueError(problem)
+        return value
 
     @property
     def module(self) -> str:
@@ -188,10 +199,10 @@ class Budget(Settings):
     `max_infra_failures` in a row the run stops (the study stays resumable).
     """
 
-    n_trials: int | None = Field(default=None, ge=1)
+    n_trials: int | None = Field(default=None, ge=1, le=1_000_000)
     timeout_s: Duration | None = Field(default=None, gt=0, validation_alias="timeout")
-    parallel: int = Field(default=1, ge=1)  # trials at once on one node, on disjoint GPU sets
-    max_infra_failures: int = Field(default=3, ge=1)
+    parallel: int = Field(default=1, ge=1, le=1_024)  # trials at once on one node, on disjoint GPU sets
+    max_infra_failures: int = Field(default=3, ge=1, le=10_000)
     infra_backoff_s: Duration = Field(default=2.0, validation_alias="infra_backoff")
     infra_backoff_max_s: Duration = Field(default=60.0, validation_alias="infra_backoff_max")
 
@@ -203,7 +214,8 @@ class WorkerSettings(Settings):
     # No heartbeat for this long: the trial's worker is taken for dead (its node, its process) and
     # the next worker to ask fails the trial and retries it. Generous: a live trial reaped ends badly.
     grace_s: Duration = Field(default=900.0, ge=2, validation_alias="grace")
-    retries: int = Field(default=1, ge=0)  # of a trial whose worker died or an infrastructure fault ended
+    # of a trial whose worker died or an infrastructure fault ended
+    retries: int = Field(default=1, ge=0, le=100)
 
     @model_validator(mode="after")
     def _grace_covers_beats(self) -> WorkerSettings:
@@ -220,14 +232,14 @@ class SamplerSpec(Settings):
 
     kind: Literal["structured", "tpe", "gp", "random"] = "structured"
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)  # numpy's samplers take seeds below 2**32
-    n_startup_trials: int = Field(default=8, ge=0)
+    n_startup_trials: int = Field(default=8, ge=0, le=100_000)
 
 
 class Finalists(Settings):
     """Near the end of the budget, the best front candidates are launched again (counted in the budget)."""
 
-    count: int = Field(default=3, ge=0)  # candidates re-measured; 0 turns it off
-    repeats: int = Field(default=1, ge=0)  # launches of each, on top of its first measurement
+    count: int = Field(default=3, ge=0, le=1_000)  # candidates re-measured; 0 turns it off
+    repeats: int = Field(default=1, ge=0, le=100)  # launches of each, on top of its first measurement
     capacity: bool = False  # after the budget, `tuner capacity` for each finalist under the space's SLOs
     # only candidates within this share of the best first objective are re-measured (noise is ~1-5%)
     margin: float = Field(default=0.05, ge=0)
@@ -238,7 +250,8 @@ class SearchSettings(Settings):
 
     prune: bool = True  # suggestions a failure rule or the memory model covers are not launched
     finalists: Finalists = Field(default_factory=Finalists)
-    max_pruned_asks: int = Field(default=200, ge=1)  # asks in a row all pruned: the space is exhausted
+    # asks in a row all pruned: the space is exhausted
+    max_pruned_asks: int = Field(default=200, ge=1, le=1_000_000)
 
 
 class LineAware:
@@ -291,6 +304,9 @@ def _default_objectives() -> tuple[Objective, ...]:
     return tuple(Objective.model_validate(m) for m in DEFAULT_OBJECTIVES)
 
 
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?|\[?[0-9A-Fa-f:.]+\]?")
+
+
 class SpaceFile(Settings):
     """A whole space file: every top-level key, its default and its checks (see template.yaml)."""
 
@@ -302,7 +318,7 @@ class SpaceFile(Settings):
     engine: EngineSpec = EngineSpec(kind="sglang")
     # auto = the installed release; else pinned ("0.5.9"). For the sim: its sim_sglang_version.
     sglang_version: Annotated[str, BeforeValidator(_sglang_version)] = "auto"
-    host: str = Field(default="127.0.0.1", min_length=1)
+    host: str = Field(default="127.0.0.1", min_length=1, max_length=253)
     fixed_flags: ReadByLine = None
     env: ReadByLine = None
     gpus: Annotated[tuple[int, ...], BeforeValidator(_gpus)] = ()  # CUDA_VISIBLE_DEVICES; () = all
@@ -321,7 +337,30 @@ class SpaceFile(Settings):
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     search: SearchSettings = Field(default_factory=SearchSettings)
     workers: WorkerSettings = Field(default_factory=WorkerSettings)
-    log_dir: str | None = Field(default=None, min_length=1)  # None = runs/<study name>
+    log_dir: str | None = Field(default=None, min_length=1, max_length=4096)  # None = runs/<study name>
+
+    @field_validator("host")
+    @classmethod
+    def _resolvable_host(cls, value: str) -> str:
+        if not _HOST.fullmatch(value):
+            raise ValueError(
+                f"expected a host name or an IP address such as 127.0.0.1, no scheme, port or spaces "
+                f"(got {show(value[:60])})"
+            )
+        try:  # the server binds it and the clients reach it: a name nothing resolves is a mistake now
+            socket.getaddrinfo(value.strip("[]"), None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise ValueError(f"cannot resolve host {value!r} ({why})") from None
+        return value
+
+    @field_validator("log_dir")
+    @classmethod
+    def _printable_log_dir(cls, value: str | None) -> str | None:
+        problem = control_problem(value) if value is not None else None
+        if problem:  # a NUL or a newline cannot be a folder's name the tool writes into
+            raise ValueError(problem)
+        return value
 
     @field_validator("constraints", mode="before")
     @classmethod

@@ -9,9 +9,7 @@ The run settings are validated by their models (tuner.space.validation); the sea
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from tuner.errors import ConfigError
+from tuner.private import read_regular
 from tuner.settings import parse_duration, show
 
 __all__ = ["Section", "Source", "parse_duration", "python_value", "read_source", "show"]
@@ -64,14 +63,11 @@ SAFE_TAGS = frozenset(
 def read_text(path: Path, display: str) -> str:
     """The file's text: a regular file of at most MAX_BYTES of UTF-8, else ConfigError."""
     try:
-        with path.open("rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise ConfigError(f"cannot read space file {display}: not a regular file")
-            data = fh.read(MAX_BYTES + 1)
+        data = read_regular(path, MAX_BYTES)  # a FIFO or a device is refused, not waited on
     except OSError as exc:
-        raise ConfigError(f"cannot read space file {display}: {exc.strerror or exc}") from exc
-    if len(data) > MAX_BYTES:
-        raise ConfigError(f"space file is larger than {MAX_BYTES // 1024} KiB in {display}")
+        if exc.errno == 27:
+            raise ConfigError(f"space file is larger than {MAX_BYTES // 1024} KiB in {display}") from None
+        raise ConfigError(f"cannot read space file {display}: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -205,7 +201,13 @@ class Section:
         self.where = where
         if not isinstance(node, MappingNode):
             raise src.error(node, where, f"expected a mapping, got {show(python_value(node))}")
-        yaml.constructor.SafeConstructor().flatten_mapping(node)  # apply `<<:` merge keys
+        try:
+            yaml.constructor.SafeConstructor().flatten_mapping(node)  # apply `<<:` merge keys
+        except yaml.YAMLError as exc:  # `<<: 5`: a merge of something that is not a mapping
+            problem = getattr(exc, "problem", None) or str(exc)
+            mark = getattr(exc, "problem_mark", None)
+            at = f"{src.display}:{mark.line + 1}" if mark is not None else src.where(node)
+            raise ConfigError(f"{where or 'top level'}: {problem} in {at}") from None
         self.entries: dict[str, tuple[ScalarNode, Node]] = {}
         allowed_list = list(allowed) if allowed is not None else None
         for key_node, value_node in node.value:

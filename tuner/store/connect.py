@@ -11,12 +11,13 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from tuner.errors import StoreError
-from tuner.secrets import redact_url
+from tuner.secrets import REDACTED, is_secret_name, redact_url
 
 BUSY_TIMEOUT_S = 60.0
 IDLE_CHECK_S = 30.0  # a pooled server connection idle longer than this is checked before use
@@ -47,11 +48,36 @@ def database_url(db: str | None) -> str:
 
 
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by ***, for messages."""
+    """The URL as it may be printed: parsed with SQLAlchemy's URL, its password and every
+    secret-named query argument (`?password=`, `sslpassword=`) replaced by ***.
+
+    The user-info is cut at the last `@` before the query first, so a password holding an
+    unescaped `@`, `/` or space (which SQLAlchemy's parser would take for part of the host)
+    never reaches the text; what remains then goes through the shape rules of tuner.secrets."""
+    text = _without_password(url)
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(text)
+        query = {k: REDACTED if is_secret_name(k) else v for k, v in parsed.query.items()}
+        shown = parsed.set(query=query).render_as_string(hide_password=True)
+        shown = shown.replace(quote(REDACTED, safe=""), REDACTED)
     except Exception:  # an unparsable URL may still hold user:password@
-        return redact_url(url)
+        shown = text
+    return redact_url(shown)
+
+
+def _without_password(url: str) -> str:
+    """`scheme://user:password@rest` -> `scheme://user:***@rest`, the user-info ending at the last `@`
+    before any `?` (a password may hold `@`, `/`, `:` or spaces when the user did not escape it)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    head, qmark, query = rest.partition("?")
+    userinfo, at, host = head.rpartition("@")
+    if not at:
+        return url
+    user, colon, _password = userinfo.partition(":")
+    masked = f"{user}:{REDACTED}" if colon else user
+    return f"{scheme}://{masked}@{host}{qmark}{query}"
 
 
 def _sqlite_file(url: sa.URL) -> str | None:

@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from tuner.errors import ConfigError, StoreError
 from tuner.names import one_line
+from tuner.private import private_dir
 from tuner.search.sampler import StructuredSampler
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective, WorkerSettings
@@ -111,7 +112,8 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
     wanted = [o.direction for o in objectives]
     if stored != wanted:
         raise StoreError(
-            f"study {name!r} in {url} was created with objectives {stored}, the space now has {wanted}: "
+            f"study {name!r} in {mask_url(url)} was created with objectives {stored}, "
+            f"the space now has {wanted}: "
             f"bump `version:` in {space.path} to start a new study"
         )
     remember_space(study, space)
@@ -155,7 +157,7 @@ def lock_path(db_url: str, run_dir: Path) -> Path:
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         db = Path(url.database)
         if not db.parent.is_dir():
-            raise StoreError(f"cannot open {db_url}: the directory {db.parent} does not exist")
+            raise StoreError(f"cannot open {mask_url(db_url)}: the directory {db.parent} does not exist")
         return db.with_name(db.name + ".tuner-lock")
     return run_dir / ".ask.lock"
 
@@ -169,7 +171,7 @@ def ask_lock(lock: WorkerLock) -> Iterator[None]:
         return
     path = lock
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         fh = path.open("a")
     except OSError as exc:
         raise StoreError(f"cannot create the workers' lock file {path}: {exc.strerror or exc}") from exc
