@@ -73,13 +73,18 @@ BENCH_SERVING = f"""
 import importlib, runpy, sys, types
 class _Missing:
     def __init__(self, name): self._name = name
-    def __getattr__(self, attr): return _Missing(self._name + "." + attr)
+    def __getattr__(self, attr):
+        if attr.startswith("__"): raise AttributeError(attr)  # inspect, pickle: no such attribute
+        return _Missing(self._name + "." + attr)
     def __call__(self, *a, **k): raise ImportError(self._name + " is not installed")
+def _lookup(attr, name):
+    if attr.startswith("__"): raise AttributeError(attr)
+    return _Missing(name + "." + attr)
 for name in {OPTIONAL_IMPORTS!r}:
     try:
         importlib.import_module(name)
     except ImportError:
-        stub = types.ModuleType(name); stub.__getattr__ = lambda attr, n=name: _Missing(n + "." + attr)
+        stub = types.ModuleType(name); stub.__getattr__ = lambda attr, n=name: _lookup(attr, n)
         sys.modules[name] = stub
 sys.argv[0] = "bench_serving"
 runpy.run_module("sglang.bench_serving", run_name="__main__")

@@ -22,6 +22,7 @@ SIM_INJECT: dict[str, tuple[str, ...] | str] = {
     "http_error_rate": "share",
     "bad_usage": ("negative", "huge", "text"),
     "freeze_at": ("bench",),
+    "warmup_status": "count",  # the HTTP status a proxy in front answers the warmup with (e.g. 502)
 }
 MAX_INJECT_NUMBER = 86_400.0
 
