@@ -106,8 +106,9 @@ class Outcome:
     explained: bool = False  # a failure a standing rule proves
 
 
-def memory_prior(features: Features, blocks: Sequence[Block]) -> Array:
-    """The memory label's prior mean per row: lower toward the fraction range's ends and larger sizes."""
+def memory_prior(features: Features, blocks: Sequence[Block], strength: float = 1.0) -> Array:
+    """The memory label's prior mean per row: lower toward the fraction range's ends and larger sizes
+    (`strength` scales the fall)."""
     rows = features.cat.shape[0]
     prior = np.full(rows, MEMORY_PRIOR)
     for block in blocks:
@@ -116,9 +117,9 @@ def memory_prior(features: Features, blocks: Sequence[Block]) -> Array:
         x = features.num[:, block.num[0]]
         on = x >= 0
         if block.role == "fraction":
-            prior -= np.where(on, EDGE_DROP * np.abs(2 * x - 1) ** EDGE_POWER, 0.0)
+            prior -= np.where(on, strength * EDGE_DROP * np.abs(2 * x - 1) ** EDGE_POWER, 0.0)
         elif block.role in ("graphs", "chunk", "running"):
-            prior -= np.where(on, SIZE_DROP * np.clip(x, 0.0, 1.0), 0.0)
+            prior -= np.where(on, strength * SIZE_DROP * np.clip(x, 0.0, 1.0), 0.0)
     return prior
 
 
@@ -129,12 +130,13 @@ def log_p_feasible(
     test: Features,
     *,
     explained_label: float = -1.0,
+    prior_strength: float = 1.0,
 ) -> Array:
     """log P(feasible) of the test rows: the sum over mechanisms of log P(past that stage), plus the
-    SLO margins' log P(met)."""
+    SLO margins' log P(met). `prior_strength` scales the memory prior's fall toward the ends."""
     out = np.zeros(test.cat.shape[0])
     for mechanism in Mechanism:
-        out += _log_pass(features, blocks, seen, test, mechanism, explained_label)
+        out += _log_pass(features, blocks, seen, test, mechanism, explained_label, prior_strength)
     out += _log_slo(features, blocks, seen, test)
     return out
 
@@ -146,6 +148,7 @@ def _log_pass(
     test: Features,
     mechanism: Mechanism,
     explained_label: float,
+    strength: float,
 ) -> Array:
     roles = ROLES_OF.get(mechanism)
     mine = list(blocks) if roles is None else [b for b in blocks if b.role in roles]
@@ -158,7 +161,9 @@ def _log_pass(
             rows.append(s.index)
             labels.append(1.0 if got else (explained_label if s.explained else -1.0))
     prior_test = (
-        memory_prior(test, mine) if mechanism is Mechanism.MEMORY else np.full(len(test.cat), PASS_PRIOR)
+        memory_prior(test, mine, strength)
+        if mechanism is Mechanism.MEMORY
+        else np.full(len(test.cat), PASS_PRIOR)
     )
     if not rows or min(labels) > 0:
         # nothing failed here yet: only the prior (and, for memory, its shape) speaks
@@ -167,7 +172,9 @@ def _log_pass(
     train = features.take(rows)
     y = np.asarray(labels)
     prior_train = (
-        memory_prior(train, mine) if mechanism is Mechanism.MEMORY else np.full(len(rows), PASS_PRIOR)
+        memory_prior(train, mine, strength)
+        if mechanism is Mechanism.MEMORY
+        else np.full(len(rows), PASS_PRIOR)
     )
     post = fit_predict(train, y - prior_train, test, mine, prior_mean=0.0, scale=1.0, ard=False)
     return log_norm_cdf((prior_test + post.mean) / np.sqrt(LABEL_NOISE + post.sd**2))

@@ -57,8 +57,12 @@ MONOTONE_FLAGS: dict[str, tuple[str, ...]] = {
     "not_enough_memory": (RUNNING_FLAG,),
 }
 # Bytes per KV-cache slot element by dtype: "not enough memory" at one dtype holds for any wider one.
-KV_BYTES = {"fp4_e2m1": 0.5, "nvfp4": 0.5, "fp4_mx_block16": 0.5, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
-            "mxfp8": 1.0, "bfloat16": 2.0, "bf16": 2.0, "float16": 2.0, "half": 2.0, "float32": 4.0}  # fmt: skip
+KV_BYTES = {
+    **dict.fromkeys(("fp4_e2m1", "nvfp4", "fp4_mx_block16"), 0.5),
+    **dict.fromkeys(("fp8_e4m3", "fp8_e5m2", "mxfp8"), 1.0),
+    **dict.fromkeys(("bfloat16", "bf16", "float16", "half"), 2.0),
+    "float32": 4.0,
+}
 
 
 class RuleKind(str, Enum):

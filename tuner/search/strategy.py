@@ -42,6 +42,7 @@ HV_WEIGHT = 0.1  # EHVI relative to EI: the second objective is often predicted,
 MIN_SPREAD = 0.15  # log-objective spread assumed before the launches show one (configurations differ ~15%)
 EXPLORE = 1.0  # posterior variance inflation at the start of the budget, falling linearly to 0
 TEMPERATURE = 0.05  # Gumbel-max temperature on the log score (0: always the argmax)
+PRIOR_LATER = 0.0  # the memory prior's strength once a feasible launch is known (1 before)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,7 +92,11 @@ def choose(
     outcomes = [
         Outcome(index=s.index, failed=s.mechanism, margins=s.margins, explained=s.explained) for s in seen
     ]
-    log_p = log_p_feasible(features, blocks, outcomes, test, explained_label=EXPLAINED_LABEL)
+    known = any(s.feasible for s in seen)
+    log_p = log_p_feasible(
+        features, blocks, outcomes, test, explained_label=EXPLAINED_LABEL,
+        prior_strength=PRIOR_LATER if known else 1.0,
+    )  # fmt: skip
     measured = [s for s in seen if s.log_first is not None]
     waiting = features.take(list(pending)) if pending else None
     best: float | None = None
