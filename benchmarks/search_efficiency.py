@@ -35,6 +35,7 @@ and the worst run's pick.
 from __future__ import annotations
 
 import argparse
+import importlib
 import multiprocessing
 import random
 import statistics
@@ -378,7 +379,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=[*STRATEGIES, *DIAGNOSTICS],
         help="default: all but the diagnostic tuner-nofin (the tuner with finalists off)",
     )
+    parser.add_argument(
+        "--tweak",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=VALUE",
+        help="set a constant of tuner.search.MODULE for this run (tuning on the training seeds)",
+    )
     args = parser.parse_args(argv)
+    for item in args.tweak:
+        target, value = item.split("=", 1)
+        module, name = target.rsplit(".", 1)
+        mod = importlib.import_module(f"tuner.search.{module}")
+        setattr(mod, name, type(getattr(mod, name))(value))
     if args.quick:
         args.seeds, args.gen_count = min(args.seeds, 3), args.gen_count or 5
     scenarios = args.scenario or [*SCENARIOS, *(["tiny-fast"] if args.tiny else [])]
