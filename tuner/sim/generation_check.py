@@ -59,6 +59,9 @@ def settle(found: Draw, scored: list[Scored]) -> tuple[Draw, list[Scored]]:
         free = sorted(s.prediction.min_free_mib or 0.0 for s in measured)
         limit = tpot[int(rng.uniform(*TPOT_QUANTILE) * (len(tpot) - 1))]
         floor = free[int(rng.uniform(*FREE_QUANTILE) * (len(free) - 1))]
+        fastest = max(measured, key=lambda s: s.prediction.output_tok_s or 0.0).prediction
+        if (fastest.tpot_p50_ms or 0.0) <= limit and (fastest.min_free_mib or 0.0) >= floor:
+            limit = (fastest.tpot_p50_ms or 0.0) * rng.uniform(0.85, 0.97)  # the limit binds the fastest
         space["constraints"] = [f"tpot_p50_ms <= {limit:.2f}", f"min_free_vram_mib >= {max(256, int(floor))}"]
     if found.infeasible_baseline:
         failing = [s.point for s in scored if not s.prediction.feasible]
