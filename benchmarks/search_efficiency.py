@@ -85,6 +85,7 @@ class Score:
     reused: int  # the tuner's asks answered by an earlier measurement of the same launch
     note: str
     budget: int = 16
+    first5: tuple[str, ...] = ()  # launch keys of the first five launches (how much seeds differ)
 
 
 def score(w: World, run: Run, seed: int) -> Score:
@@ -130,6 +131,7 @@ def score(w: World, run: Run, seed: int) -> Score:
         reused=int(run.extra.get("reused", 0)),
         note=run.note,
         budget=len(run.steps),
+        first5=tuple(st.shot.key for st in run.steps[:5]),
     )
 
 
@@ -142,10 +144,34 @@ def _world(name: str) -> World:
     return _WORLDS[name]
 
 
+VARIANTS: dict[str, list[tuple[str, str]]] = {}  # label -> [(module.NAME, value)]: the tuner, tweaked
+
+
+def _tweak(settings: Sequence[tuple[str, str]]) -> list[tuple[object, str, object]]:
+    """Set constants of tuner.search modules; returns what to restore."""
+    undo = []
+    for target, value in settings:
+        module, name = target.rsplit(".", 1)
+        mod = importlib.import_module(f"tuner.search.{module}")
+        old = getattr(mod, name)
+        undo.append((mod, name, old))
+        setattr(mod, name, type(old)(value))
+    return undo
+
+
 def run_one(job: tuple[str, str, int, int]) -> Score:
     """One strategy, scenario and seed (a pool task)."""
     scenario, strategy, seed, budget = job
     w = _world(scenario)
+    if strategy in VARIANTS:
+        undo = _tweak(VARIANTS[strategy])
+        try:
+            run = STRATEGIES["tuner"](w, seed, budget)
+            run.strategy = strategy
+            return replace(score(w, run, seed), scenario=scenario, budget=budget)
+        finally:
+            for mod, name, old in undo:
+                setattr(mod, name, old)
     return replace(
         score(w, {**STRATEGIES, **DIAGNOSTICS}[strategy](w, seed, budget), seed),
         scenario=scenario,
@@ -215,6 +241,8 @@ def report(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> l
                     f"{disproved} of {total} 'bad' launches are covered only by rules that a launch before "
                     "the failure contradicts (that region had measured fine)"
                 )
+            distinct = len({s.first5 for s in mine})
+            notes.add(f"first 5 launches: {distinct} distinct sequences over {len(mine)} seeds")
             out += [f"              note: {n[:200]}" for n in sorted(notes)]
             if strategy == "tuner":
                 targets.append(_targets(name, mine, to_best, budget, causes))
@@ -386,12 +414,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="MODULE.NAME=VALUE",
         help="set a constant of tuner.search.MODULE for this run (tuning on the training seeds)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:MODULE.NAME=VALUE[,...]",
+        help="an extra strategy: the tuner with these constants (compared in one run, worlds built once)",
+    )
     args = parser.parse_args(argv)
-    for item in args.tweak:
-        target, value = item.split("=", 1)
-        module, name = target.rsplit(".", 1)
-        mod = importlib.import_module(f"tuner.search.{module}")
-        setattr(mod, name, type(getattr(mod, name))(value))
+    _tweak([tuple(item.split("=", 1)) for item in args.tweak])  # type: ignore[misc]
+    for item in args.variant:
+        label, _, settings = item.partition(":")
+        VARIANTS[label] = [tuple(x.split("=", 1)) for x in settings.split(",") if x]  # type: ignore[misc]
     if args.quick:
         args.seeds, args.gen_count = min(args.seeds, 3), args.gen_count or 5
     scenarios = args.scenario or [*SCENARIOS, *(["tiny-fast"] if args.tiny else [])]
@@ -406,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         split = TRAIN_SEEDS if args.generated == "train" else TEST_SEEDS
         chosen = [n for n in split if not args.family or family_of(n) in args.family]
         scenarios = list(dict.fromkeys([*scenarios, *(f"gen-{n}" for n in chosen[: args.gen_count])]))
-    strategies = args.strategy or list(STRATEGIES)
+    strategies = [*(args.strategy or ([] if VARIANTS else list(STRATEGIES))), *VARIANTS]
     started = time.monotonic()
     for name in scenarios:  # built once here; forked workers inherit them
         _world(name)
