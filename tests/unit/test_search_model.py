@@ -213,3 +213,25 @@ def test_failures_are_attributed_to_the_mechanism_their_log_names() -> None:
         mechanism_of("hang") is Mechanism.OTHER
         and mechanism_of("ok") is mechanism_of("slo_violation") is None
     )
+
+
+def test_numerical_failures_of_two_pairs_sharing_a_prefill_backend_are_blamed_on_that_role() -> None:
+    # backends 0..3; a pair is (prefill, decode, pair level): NaN whenever backend 1 prefills
+    pairs = [(p, d) for p in range(4) for d in range(4)]
+    blocks = (
+        Block(name="mem-fraction-static", cat=(), num=(0,), role="fraction"),
+        Block(name="sparse_backends", cat=(0, 1, 2), num=(), role="backends"),
+    )
+    feats = Features(
+        cat=np.asarray([(p, d, 4 * p + d) for p, d in pairs for _ in range(3)], dtype=np.int64),
+        num=np.asarray([(f / 2,) for _ in pairs for f in range(3)], dtype=np.float64),
+    )
+    at = {(p, d): 3 * pairs.index((p, d)) + 1 for p, d in pairs}  # the middle fraction
+    seen = [
+        Outcome(index=at[(0, 0)], failed=None),
+        Outcome(index=at[(1, 2)], failed=Mechanism.NUMERICS),
+        Outcome(index=at[(1, 3)], failed=Mechanism.NUMERICS),
+    ]
+    p = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    assert p[at[(2, 2)]] > p[at[(1, 0)]]  # decode 2 was in a failing pair, but prefill 1 was in both
+    assert p[at[(3, 3)]] > p[at[(1, 1)]]

@@ -58,6 +58,19 @@ _FLAG_ROLES = {
 }
 
 
+def by_role(blocks: tuple[Block, ...] | list[Block]) -> list[Block]:
+    """The blocks with a backend pair split into one block per feature (prefill, decode, the pair),
+    so a model can weigh what the prefill and the decode backend each do (a failure or a speed tied
+    to one role is not spread over the other)."""
+    out: list[Block] = []
+    for b in blocks:
+        if b.role == "backends" and len(b.cat) > 1:
+            out += [Block(name=f"{b.name}[{i}]", cat=(c,), num=(), role=b.role) for i, c in enumerate(b.cat)]
+        else:
+            out.append(b)
+    return out
+
+
 def role_of(p: Param) -> str:
     """The physical role of a knob (ROLES)."""
     if p.target is Target.MEM_FRACTION:

@@ -40,7 +40,7 @@ from enum import Enum
 import numpy as np
 
 from tuner.search.acquire import log_norm_cdf
-from tuner.search.candidates import Block
+from tuner.search.candidates import Block, by_role
 from tuner.search.surrogate import Array, Features, fit_predict
 
 
@@ -67,6 +67,7 @@ EDGE_DROP = 1.2  # how far the memory prior falls at either end of the fraction 
 EDGE_POWER = 4  # ... and how sharply (flat in the middle)
 SIZE_DROP = 0.25  # how far it falls at the largest graph / chunk / running cap
 LABEL_NOISE = 0.25  # c in Phi(mean / sqrt(c + var))
+SPLIT_ROLES = True  # numerics and support: the prefill and decode backends as knobs of their own
 
 
 def mechanism_of(outcome: str) -> Mechanism | None:
@@ -154,6 +155,8 @@ def _log_pass(
     mine = list(blocks) if roles is None else [b for b in blocks if b.role in roles]
     if not mine:
         mine = list(blocks)
+    if SPLIT_ROLES and mechanism in (Mechanism.NUMERICS, Mechanism.SUPPORT):
+        mine = by_role(mine)
     rows, labels = [], []
     for s in seen:
         got = passed(mechanism, s.failed)

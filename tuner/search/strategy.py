@@ -20,7 +20,7 @@ left, so the posterior spread is inflated by sqrt(1 + EXPLORE * left / budget): 
 pure expected improvement when the budget runs out (and the finalists then re-measure).
 
 Diversity: the choice is a seeded draw among near-equal scores (Gumbel-max on the log score at
-temperature TEMPERATURE: a candidate scoring 10% below the best is still drawn now and then), so
+temperature TEMPERATURE: a candidate scoring 10-20% below the best is still drawn now and then), so
 restarts and workers with their own seeds do not walk one path; one seed always gives one choice.
 """
 
@@ -37,11 +37,12 @@ from tuner.search.candidates import Block
 from tuner.search.feasible import Mechanism, Outcome, log_p_feasible
 from tuner.search.surrogate import Array, Features, fit_predict
 
-EXPLAINED_LABEL = -1.0  # the label of a failure a rule explains, in its own mechanism's model
+EXPLAINED_LABEL = -0.5  # the label of a failure a rule explains, in its own mechanism's model (the rule
+# already prunes its region: what is left is the doubt about its neighbours)
 HV_WEIGHT = 0.1  # EHVI relative to EI: the second objective is often predicted, the first must be found
 MIN_SPREAD = 0.15  # log-objective spread assumed before the launches show one (configurations differ ~15%)
-EXPLORE = 1.0  # posterior variance inflation at the start of the budget, falling linearly to 0
-TEMPERATURE = 0.05  # Gumbel-max temperature on the log score (0: always the argmax)
+EXPLORE = 3.0  # posterior variance inflation at the start of the budget, falling linearly to 0
+TEMPERATURE = 0.15  # Gumbel-max temperature on the log score (0: always the argmax)
 PRIOR_LATER = 0.0  # the memory prior's strength once a feasible launch is known (1 before)
 
 
