@@ -73,7 +73,7 @@ def knob_kernels(
     return out
 
 
-def combine(kernels: Sequence[Array], share: float, weights: Sequence[float] | None = None) -> Array:
+def combine(kernels: Sequence[Array], share: float, weights: Sequence[float] | Array | None = None) -> Array:
     """The full kernel from the knobs' kernels: constant + weighted main effects + pairwise products."""
     j = len(kernels)
     w = np.ones(j) if weights is None else np.asarray(weights, dtype=np.float64)
