@@ -17,16 +17,25 @@ Per scenario and strategy, median [min–max] over the seeds:
              divided by that of the oracle's true front
   pick       true throughput of the configuration the strategy would report (highest median of its
              measurements), as % of the true best
+  <=10       share of seeds within 2% by launch 10
 and per scenario "failure causes": the rules needed to cover every failing point of the space
 (greedy set cover over the rules its failures prove), for the target wasted <= causes + 1.
+With --long-budget 32 every run is repeated at that budget (HV@32, to 2% and pick at 32).
 
-    python benchmarks/search_efficiency.py [--seeds 10] [--budget 16] [--tiny] [--jobs 2]
-        [--scenario NAME ...] [--strategy NAME ...]
+Per family of generated landscapes (tuner.sim.generate_families; the shipped scenarios are one
+family of their own), per strategy: the median over the family's landscapes of each landscape's
+median over seeds (to 2%, wasted, bad, HV, pick), the share of all runs within 2% by launch 10,
+and the worst run's pick.
+
+    python benchmarks/search_efficiency.py [--seeds 10] [--budget 16] [--long-budget 32] [--tiny]
+        [--jobs 2] [--scenario NAME ...] [--strategy NAME ...] [--generated train|test|none]
+        [--gen-count N] [--family NAME ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import multiprocessing
 import random
 import statistics
@@ -47,6 +56,7 @@ from search_world import World, hypervolume, world  # noqa: E402
 from tuner.search.evidence import Evidence, knobs_of  # noqa: E402
 from tuner.search.rules import Rule, contradicts, covering, rules_from  # noqa: E402
 from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS  # noqa: E402
+from tuner.sim.generate_families import FAMILIES, family_of  # noqa: E402
 from tuner.space.loader import suggest  # noqa: E402
 from tuner.study.learn import policy_for, study_evidence  # noqa: E402
 from tuner.study.storage import make_sampler  # noqa: E402
@@ -74,6 +84,8 @@ class Score:
     pruned_by: tuple[tuple[str, int], ...]  # the tuner's pruned asks by reason
     reused: int  # the tuner's asks answered by an earlier measurement of the same launch
     note: str
+    budget: int = 16
+    first5: tuple[str, ...] = ()  # launch keys of the first five launches (how much seeds differ)
 
 
 def score(w: World, run: Run, seed: int) -> Score:
@@ -118,6 +130,8 @@ def score(w: World, run: Run, seed: int) -> Score:
         pruned_by=tuple(sorted(run.extra.get("pruned_by", {}).items())),
         reused=int(run.extra.get("reused", 0)),
         note=run.note,
+        budget=len(run.steps),
+        first5=tuple(st.shot.key for st in run.steps[:5]),
     )
 
 
@@ -130,13 +144,44 @@ def _world(name: str) -> World:
     return _WORLDS[name]
 
 
+VARIANTS: dict[str, list[tuple[str, str]]] = {}  # label -> [(module.NAME, value)]: the tuner, tweaked
+
+
+def _tweak(settings: Sequence[tuple[str, str]]) -> list[tuple[object, str, object]]:
+    """Set constants of tuner.search modules; returns what to restore."""
+    undo = []
+    for target, value in settings:
+        module, name = target.rsplit(".", 1)
+        mod = importlib.import_module(f"tuner.search.{module}")
+        old = getattr(mod, name)
+        undo.append((mod, name, old))
+        setattr(mod, name, type(old)(value))
+    return undo
+
+
 def run_one(job: tuple[str, str, int, int]) -> Score:
     """One strategy, scenario and seed (a pool task)."""
     scenario, strategy, seed, budget = job
     w = _world(scenario)
+    if strategy in VARIANTS:
+        undo = _tweak(VARIANTS[strategy])
+        try:
+            run = STRATEGIES["tuner"](w, seed, budget)
+            run.strategy = strategy
+            return replace(score(w, run, seed), scenario=scenario, budget=budget)
+        finally:
+            for mod, name, old in undo:
+                setattr(mod, name, old)
     return replace(
-        score(w, {**STRATEGIES, **DIAGNOSTICS}[strategy](w, seed, budget), seed), scenario=scenario
+        score(w, {**STRATEGIES, **DIAGNOSTICS}[strategy](w, seed, budget), seed),
+        scenario=scenario,
+        budget=budget,
     )
+
+
+def family(name: str) -> str:
+    """The family of a landscape: a generated one's (gen-SEED), or "shipped"."""
+    return family_of(int(name[4:])) if name.startswith("gen-") else "shipped"
 
 
 def _span(values: Sequence[float], fmt: str, budget: int | None = None) -> str:
@@ -156,17 +201,19 @@ def report(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> l
         feasible = sum(1 for s in w.shots if s.feasible)
         out += [
             "",
-            f"{name}: {len(w.points)} points, {feasible} feasible; true best {w.best:,.1f} out tok/s "
+            f"{name} [{family(name)}]: {len(w.points)} points, {feasible} feasible; "
+            f"true best {w.best:,.1f} out tok/s "
             f"(within 2%: >= {(1 - WITHIN) * w.best:,.1f}); noise {100 * w.noise:g}%; "
             f"distinct failure causes in the space: {causes} (rule cover; {rules} distinct rules)",
             f"  {'strategy':<11} {'to 2% (launches)':<18} {'wasted':<14} {'bad':<12} "
-            f"{'HV@' + str(budget):<20} {'pick % of best':<22} asks (pruned)",
+            f"{'HV@' + str(budget):<20} {'pick % of best':<22} <=10  asks (pruned)",
         ]
         for strategy in strategies:
-            mine = [s for s in scores if s.scenario == name and s.strategy == strategy]
+            mine = [s for s in scores if s.scenario == name and s.strategy == strategy and s.budget == budget]
             if not mine:
                 continue
             to_best = [float(s.to_best if s.to_best is not None else budget + 1) for s in mine]
+            within10 = f"{sum(1 for t in to_best if t <= 10) / len(to_best):.2f}  "
             extra = ""
             if strategy == "grid":
                 extra = f"   (whole grid: first within 2% at launch {grid_first(w)})"
@@ -180,7 +227,7 @@ def report(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> l
                 _span([s.pick for s in mine], ".1f"),
             ]
             cells = "".join(f"{c:<{width}} " for c, width in zip(spans, (18, 14, 12, 20, 22), strict=True))
-            out.append(f"  {strategy:<11} {cells}{asks}{pruned}{extra}")
+            out.append(f"  {strategy:<11} {cells}{within10}{asks}{pruned}{extra}")
             notes = {s.note for s in mine if s.note}
             if strategy.startswith("tuner"):
                 reasons = [dict(s.pruned_by) for s in mine]
@@ -194,6 +241,8 @@ def report(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> l
                     f"{disproved} of {total} 'bad' launches are covered only by rules that a launch before "
                     "the failure contradicts (that region had measured fine)"
                 )
+            distinct = len({s.first5 for s in mine})
+            notes.add(f"first 5 launches: {distinct} distinct sequences over {len(mine)} seeds")
             out += [f"              note: {n[:200]}" for n in sorted(notes)]
             if strategy == "tuner":
                 targets.append(_targets(name, mine, to_best, budget, causes))
@@ -220,44 +269,71 @@ def _targets(name: str, mine: Sequence[Score], to_best: Sequence[float], budget:
     )
 
 
-def summary(scores: Sequence[Score], budget: int, strategies: Sequence[str]) -> list[str]:
-    """Per strategy, the median over generated landscapes of each landscape's median over seeds."""
-    generated = [n for n in dict.fromkeys(s.scenario for s in scores) if n.startswith("gen-")]
-    if not generated:
-        return []
+def summary(
+    scores: Sequence[Score], budget: int, strategies: Sequence[str], long_budget: int = 0
+) -> list[str]:
+    """Per family and strategy: medians over landscapes of the per-landscape medians over seeds, the
+    share of runs within 2% by launch 10 and the worst run's pick; HV and pick at the long budget too."""
+    names = list(dict.fromkeys(s.scenario for s in scores))
     out = [
         "",
-        f"generated landscapes ({len(generated)}): "
-        "median over landscapes of the per-landscape median over seeds",
-        f"  {'strategy':<11} {'to 2%':<8} {'<=10 (share)':<13} {'wasted':<8} {'bad':<6} {'HV':<6} "
-        f"{'pick %':<7}",
+        "per family: median over landscapes of the per-landscape median over seeds; <=10: share of runs "
+        "within 2% by launch 10; worst: the lowest pick of any run",
+        f"  {'family':<13} {'n':<3} {'strategy':<9} {'to 2%':<6} {'<=10':<5} {'pick %':<7} {'worst':<6} "
+        f"{'HV@' + str(budget):<6} {'wasted':<7} {'bad':<4} {'causes':<7}"
+        + (
+            f" {'to2%@' + str(long_budget):<8} {'pick@' + str(long_budget):<8} {'worst':<6} HV@{long_budget}"
+            if long_budget
+            else ""
+        ),
     ]
-    for strategy in strategies:
-        rows = []
-        for name in generated:
-            mine = [s for s in scores if s.scenario == name and s.strategy == strategy]
-            if mine:
-                to = statistics.median(float(s.to_best or budget + 1) for s in mine)
-                rows.append((
-                    to,
-                    statistics.median(s.wasted for s in mine),
-                    statistics.median(s.proven_bad for s in mine),
-                    statistics.median(s.hv for s in mine),
-                    statistics.median(s.pick for s in mine),
-                ))  # fmt: skip
-        if not rows:
+    for fam in ("shipped", *FAMILIES, "all generated"):
+        group = [n for n in names if (family(n) == fam) or (fam == "all generated" and n.startswith("gen-"))]
+        if not group:
             continue
-        to = statistics.median(r[0] for r in rows)
-        shown = f">{budget}" if to > budget else f"{to:g}"
-        share = sum(1 for r in rows if r[0] <= 10) / len(rows)
-        cells = (shown, f"{share:.2f}", f"{statistics.median(r[1] for r in rows):g}",
-                 f"{statistics.median(r[2] for r in rows):g}", f"{statistics.median(r[3] for r in rows):.2f}",
-                 f"{statistics.median(r[4] for r in rows):.1f}")  # fmt: skip
-        out.append(
-            f"  {strategy:<11} "
-            + " ".join(f"{c:<{w}}" for c, w in zip(cells, (8, 13, 8, 6, 6, 7), strict=True))
-        )
+        causes = statistics.median(_world(n).failure_causes()[1] for n in group)
+        for strategy in strategies:
+            cells = _family_cells(scores, group, strategy, budget)
+            if cells is None:
+                continue
+            line = f"  {fam:<13} {len(group):<3} {strategy:<9} {cells} {causes:<7g}"
+            if long_budget:
+                more = _family_cells(scores, group, strategy, long_budget, short=True)
+                line += f" {more or ''}"
+            out.append(line)
     return out
+
+
+def _family_cells(
+    scores: Sequence[Score], group: Sequence[str], strategy: str, budget: int, *, short: bool = False
+) -> str | None:
+    rows = []
+    runs = []
+    for name in group:
+        mine = [s for s in scores if s.scenario == name and s.strategy == strategy and s.budget == budget]
+        if not mine:
+            continue
+        runs += mine
+        rows.append((
+            statistics.median(float(s.to_best or budget + 1) for s in mine),
+            statistics.median(s.wasted for s in mine),
+            statistics.median(s.proven_bad for s in mine),
+            statistics.median(s.hv for s in mine),
+            statistics.median(s.pick for s in mine),
+        ))  # fmt: skip
+    if not rows:
+        return None
+    to = statistics.median(r[0] for r in rows)
+    shown = f">{budget}" if to > budget else f"{to:g}"
+    share = sum(1 for s in runs if s.to_best is not None and s.to_best <= 10) / len(runs)
+    pick = statistics.median(r[4] for r in rows)
+    worst = min(s.pick for s in runs)
+    hv = statistics.median(r[3] for r in rows)
+    if short:
+        return f"{shown:<8} {pick:<8.1f} {worst:<6.1f} {hv:.2f}"
+    wasted = statistics.median(r[1] for r in rows)
+    bad = statistics.median(r[2] for r in rows)
+    return f"{shown:<6} {share:<5.2f} {pick:<7.1f} {worst:<6.1f} {hv:<6.2f} {wasted:<7g} {bad:<4g}"
 
 
 def ask_times(name: str, kind: str, trials: int = 200) -> str:
@@ -298,6 +374,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=int, default=16)
+    parser.add_argument("--long-budget", type=int, default=0, help="also every run at this budget (e.g. 32)")
+    parser.add_argument(
+        "--family", action="append", choices=FAMILIES, help="only generated landscapes of these"
+    )
     parser.add_argument(
         "--jobs", type=int, default=2, help="worker processes (at most 2 on a shared machine)"
     )
@@ -327,7 +407,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=[*STRATEGIES, *DIAGNOSTICS],
         help="default: all but the diagnostic tuner-nofin (the tuner with finalists off)",
     )
+    parser.add_argument(
+        "--tweak",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=VALUE",
+        help="set a constant of tuner.search.MODULE for this run (tuning on the training seeds)",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:MODULE.NAME=VALUE[,...]",
+        help="an extra strategy: the tuner with these constants (compared in one run, worlds built once)",
+    )
     args = parser.parse_args(argv)
+    _tweak([tuple(item.split("=", 1)) for item in args.tweak])  # type: ignore[misc]
+    for item in args.variant:
+        label, _, settings = item.partition(":")
+        VARIANTS[label] = [tuple(x.split("=", 1)) for x in settings.split(",") if x]  # type: ignore[misc]
     if args.quick:
         args.seeds, args.gen_count = min(args.seeds, 3), args.gen_count or 5
     scenarios = args.scenario or [*SCENARIOS, *(["tiny-fast"] if args.tiny else [])]
@@ -340,14 +438,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.generated != "none":
         split = TRAIN_SEEDS if args.generated == "train" else TEST_SEEDS
-        scenarios = list(dict.fromkeys([*scenarios, *(f"gen-{n}" for n in split[: args.gen_count])]))
-    strategies = args.strategy or list(STRATEGIES)
+        chosen = [n for n in split if not args.family or family_of(n) in args.family]
+        scenarios = list(dict.fromkeys([*scenarios, *(f"gen-{n}" for n in chosen[: args.gen_count])]))
+    strategies = [*(args.strategy or ([] if VARIANTS else list(STRATEGIES))), *VARIANTS]
     started = time.monotonic()
     for name in scenarios:  # built once here; forked workers inherit them
         _world(name)
         print(f"built {name}", file=sys.stderr, flush=True)
+    budgets = [args.budget, *([args.long_budget] if args.long_budget else [])]
     jobs = [
-        (sc, st, seed, args.budget)
+        (sc, st, seed, b)
+        for b in budgets
         for sc in scenarios
         for st in strategies
         for seed in range(1, args.seeds + 1)
@@ -365,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"budget {args.budget} launches; median [min–max] over seeds"
     )
     print("\n".join(report(scores, args.budget, strategies)))
-    print("\n".join(summary(scores, args.budget, strategies)))
+    print("\n".join(summary(scores, args.budget, strategies, args.long_budget)))
     print(f"\n{len(jobs)} runs in {time.monotonic() - started:.0f} s ({min(args.jobs, 2)} processes)")
     return 0
 

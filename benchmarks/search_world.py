@@ -248,9 +248,12 @@ class World:
         out_tokens = w.num_prompts * w.output_len
         in_tokens = w.num_prompts * w.input_len
 
-        def stats(ms: float | None) -> LatencyStats:
+        def stats(ms: float | None, p99: float | None = None) -> LatencyStats:
             v = (ms or 0.0) / scale
-            return LatencyStats(mean_ms=v, median_ms=v, p90_ms=v, p95_ms=v, p99_ms=v, count=w.num_prompts)
+            top = (p99 if p99 is not None else ms or 0.0) / scale
+            return LatencyStats(
+                mean_ms=v, median_ms=v, p90_ms=top, p95_ms=top, p99_ms=top, count=w.num_prompts
+            )
 
         metrics = BenchMetrics(
             duration_s=duration, completed=w.num_prompts, failed=0, errors=(),
@@ -258,7 +261,7 @@ class World:
             request_throughput=w.num_prompts / duration, input_throughput=in_tokens / duration,
             input_throughput_server=in_tokens / duration, output_throughput=output_tok_s,
             total_throughput=(in_tokens + out_tokens) / duration,
-            ttft=stats(p.ttft_p50_ms), tpot=stats(p.tpot_p50_ms), itl=stats(p.tpot_p50_ms),
+            ttft=stats(p.ttft_p50_ms, p.ttft_p99_ms), tpot=stats(p.tpot_p50_ms), itl=stats(p.tpot_p50_ms),
             e2e=stats(p.e2e_p99_ms),
             max_itl_ms=(p.tpot_p50_ms or 0.0) / scale, queue=LatencyStats(), concurrency=float(w.concurrency),
             max_output_tokens_per_s=output_tok_s, max_concurrent_requests=w.concurrency,
@@ -333,6 +336,7 @@ def hypervolume(points: list[tuple[float, float]]) -> float:
     return area
 
 
+GENERATOR = "v4"  # the generator's version: its landscapes are cached apart from earlier ones
 WORLD_FILES = {
     "glm5-nvfp4-sm120": "glm5-nvfp4-sm120-sim.yaml",
     "dsv32-fp8-h200": "dsv32-fp8-h200-sim.yaml",
@@ -350,7 +354,7 @@ def world(name: str) -> World:
 
 def generated_space(seed: int) -> Path:
     """The space file of generated landscape `seed` (tuner.sim.generate), cached under the temp folder."""
-    folder = Path(tempfile.gettempdir()) / "tuner-generated" / str(seed)
+    folder = Path(tempfile.gettempdir()) / f"tuner-generated-{GENERATOR}" / str(seed)
     space = folder / "space.yaml"
     if not space.exists():
         found, _ = generate(seed)

@@ -242,3 +242,29 @@ def test_nan_with_graphs_off_stays_on_the_graph_setting() -> None:
     (rule,) = derive_rules([on, nan])
     assert (rule.graphs, rule.graph_max_bs) == (False, None)
     assert covered((rule,), config(f=0.6, pair=pair)) and not covered((rule,), config(graphs=64, pair=pair))
+
+
+def test_not_enough_memory_holds_for_any_chunk_a_larger_running_cap_and_a_wider_kv_dtype() -> None:
+    failed = config(f=0.64, kv="fp8_e4m3", chunked_prefill_size=8192, max_running_requests=48)
+    (rule,) = rules_from(ev(0, failed, Outcome.NOT_ENOUGH_MEMORY, stage="kv"))
+    for f, kv, chunk, running in (
+        (0.64, "fp8_e4m3", 2048, 64),
+        (0.6, "bfloat16", 16384, 48),
+        (0.62, "fp8_e4m3", -1, 128),
+    ):
+        assert covered((rule,), config(f=f, kv=kv, chunked_prefill_size=chunk, max_running_requests=running))
+    assert not covered(
+        (rule,), config(f=0.64, kv="fp8_e4m3", chunked_prefill_size=8192, max_running_requests=32)
+    )
+    assert not covered(
+        (rule,), config(f=0.66, kv="fp8_e4m3", chunked_prefill_size=8192, max_running_requests=64)
+    )
+    narrow = rules_from(ev(0, config(f=0.64, kv="bfloat16"), Outcome.NOT_ENOUGH_MEMORY, stage="kv"))
+    assert not covered(narrow, config(f=0.64, kv="fp8_e4m3"))  # a narrower KV dtype fits more tokens
+
+
+def test_capture_oom_holds_for_a_larger_running_cap_but_not_a_smaller_one() -> None:
+    failed = config(f=0.9, graphs=64, max_running_requests=64)
+    (rule,) = rules_from(ev(0, failed, Outcome.OOM, stage="capture"))
+    assert covered((rule,), config(f=0.92, graphs=64, max_running_requests=128))
+    assert not covered((rule,), config(f=0.92, graphs=64, max_running_requests=32))  # fewer graphs captured

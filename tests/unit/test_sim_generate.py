@@ -101,3 +101,85 @@ def test_behaviour_kv_dtypes_needs_a_nan_or_garbage_behaviour() -> None:
     raw["backends"] = {"x": {"behaviour": "ok", "behaviour_kv_dtypes": ["bfloat16"]}}
     with pytest.raises(Exception, match="behaviour_kv_dtypes is set"):
         parse_scenario(raw, "bad")
+
+
+def test_every_split_holds_every_family_in_equal_shares() -> None:
+    from tuner.sim.generate_families import FAMILIES, family_of
+
+    for split in (TRAIN_SEEDS, TEST_SEEDS):
+        counts = [sum(1 for s in split if family_of(s) == f) for f in FAMILIES]
+        assert max(counts) - min(counts) <= 1
+    assert {draw(s).family for s in range(8)} == set(FAMILIES)
+
+
+def test_the_families_draw_what_they_stand_for() -> None:
+    draws = [draw(seed) for seed in TRAIN_SEEDS]
+    by = {f: [d for d in draws if d.family == f] for f in ("kv-bound", "decode-bound", "slo-bound")}
+    assert all(d.space["bench"]["workload"]["input_len"] >= 4000 for d in by["kv-bound"])
+    decode = by["decode-bound"]
+    assert all(d.space["bench"]["workload"]["output_len"] >= 256 for d in decode)
+    assert (
+        min(
+            len(next(p for p in d.space["params"] if p["name"] == "sparse_backends")["choices"])
+            for d in decode
+        )
+        >= 5
+    )
+    for d in by["slo-bound"]:
+        names = {p["name"] for p in d.space["params"]}
+        assert {"max-running-requests", "chunked-prefill-size"} <= names and d.slo
+    point = [d.space["bench"]["load_points"][0] for d in draws]
+    assert any(p["num_prompts"] > p["concurrency"] for p in point)
+    assert any(d.infeasible_baseline for d in draws) and not all(d.infeasible_baseline for d in draws)
+    assert " as decode" in " ".join(d.summary for d in draws)  # failures tied to one role
+
+
+def test_an_slo_bound_landscape_has_its_best_on_a_constraint_boundary() -> None:
+    found, _ = generate(19)
+    assert found.family == "slo-bound"
+    metrics = sorted(c.split()[0] for c in found.space["constraints"])
+    assert metrics == ["min_free_vram_mib", "tpot_p50_ms"]
+    _, scored = check(found)
+    top = best(scored)
+    assert top is not None
+    unconstrained = max(
+        (s for s in scored if s.prediction.feasible), key=lambda s: s.prediction.output_tok_s or 0
+    )
+    assert (unconstrained.prediction.output_tok_s or 0) > (top.prediction.output_tok_s or 0)  # the SLOs bind
+    assert any(s.violated for s in scored)
+
+
+def test_a_failure_tied_to_the_decode_role_shows_only_where_that_backend_decodes() -> None:
+    raw = dict(draw(0).scenario)
+    names = [n for n in raw["backends"] if n != "default"][:2]
+    a, b = names
+    raw["backends"] = {
+        **raw["backends"],
+        a: {"behaviour": "nan_batched", "nan_min_batch": 1, "behaviour_roles": ["decode"]},
+        b: {"behaviour": "ok"},
+    }
+    scenario = parse_scenario(raw, "role")
+
+    def behaviour(prefill: str, decode: str) -> str:
+        argv = ["--model-path", "/m", "--tp-size", str(scenario.gpus.count),
+                "--dsa-prefill-backend", prefill, "--dsa-decode-backend", decode]  # fmt: skip
+        return launch_from_argv(scenario, "0.5.23", argv).behaviour
+
+    assert behaviour(b, a) == "nan_batched" and behaviour(a, a) == "nan_batched"
+    assert behaviour(a, b) == "ok"
+    bad = dict(raw)
+    bad["backends"] = {**raw["backends"], a: {"behaviour": "nan", "behaviour_roles": ["both"]}}
+    with pytest.raises(Exception, match="behaviour_roles"):
+        parse_scenario(bad, "bad role")
+
+
+def test_an_infeasible_baseline_is_a_failing_point() -> None:
+    for seed in (7, 11, 15, 19, 23, 27, 31):  # slo-bound training seeds, quick to check
+        found, _ = generate(seed)
+        if found.infeasible_baseline:
+            break
+    assert found.infeasible_baseline
+    _, scored = check(found)
+    baseline = found.space["baselines"][0]
+    entry = next(s for s in scored if s.point == baseline)
+    assert not entry.prediction.feasible and not entry.feasible

@@ -236,3 +236,20 @@ def test_space_reader_renders_flags_for_the_release() -> None:
     ]
     assert space.version == "0.5.23" and space.workload.concurrency == 128
     assert len(list(space.points())) == 18 * 4 * 7
+
+
+def test_closed_loop_keeps_one_record_per_request_when_prompts_outnumber_clients(glm5: Scenario) -> None:
+    # finished requests are freed while later ones are sent: every request keeps its own record
+    from tuner.sim.memory import plan_memory
+    from tuner.sim.oracle import _run_closed, _Watch
+
+    launch = _launch(glm5, "0.5.9", "--tp-size", "8", "--mem-fraction-static", "0.85")
+    plan = plan_memory(glm5, tp_size=8, fraction=0.85, kv_dtype=launch.kv_cache_dtype, captured_bs=())
+    for clients, requests in ((4, 40), (16, 200), (64, 320)):
+        records, _ = _run_closed(
+            glm5, launch, plan, _Watch(), clients=clients, requests=requests, prompt=128, output=16
+        )
+        assert len(records) == requests
+        assert all(a <= f <= e for a, f, e in records)  # arrival, first token, finish: all set, in order
+        arrivals = sorted(r[0] for r in records)
+        assert arrivals[:clients] == [0.0] * clients and arrivals[clients] > 0  # later ones wait for a slot

@@ -88,7 +88,7 @@ def test_a_study_whose_sampler_repeats_itself_spends_its_budget(monkeypatch: pyt
 
     import tuner.study.runner as runner
 
-    monkeypatch.setattr(runner, "make_sampler", lambda space, seed=None: Stuck())
+    monkeypatch.setattr(runner, "make_sampler", lambda space, seed=None, budget=None: Stuck())
     w = world("tiny-fast")
     run = run_tuner(w, 1, 4, finalists=False)
     assert len(run.steps) == 4 and run.note == ""  # the budget, though the sampler repeats itself
@@ -105,7 +105,7 @@ def test_a_study_that_asked_for_every_configuration_stops_saying_what_is_left(
 
     import tuner.study.runner as runner
 
-    monkeypatch.setattr(runner, "make_sampler", lambda space, seed=None: Stuck())
+    monkeypatch.setattr(runner, "make_sampler", lambda space, seed=None, budget=None: Stuck())
     w = world("tiny-fast")
     small = {"mem-fraction-static": {"low": 0.85, "high": 0.9}, "cuda_graph": {"choices": ("off", "max:8")},
              "chunked-prefill-size": {"choices": (None,)}}  # fmt: skip

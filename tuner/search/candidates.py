@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.config import TrialConfig
-from tuner.space.params import Param, ParamKind, clean_float, condition_holds, split_backend_pair
+from tuner.space.params import Param, ParamKind, Target, clean_float, condition_holds, split_backend_pair
 from tuner.space.sampling import config_from_params, forbidden_reason
 
 if TYPE_CHECKING:
@@ -42,6 +42,44 @@ class Block:
     name: str
     cat: tuple[int, ...]
     num: tuple[int, ...]
+    role: str = "other"  # what the knob is physically (ROLES): which failure mechanisms it takes part in
+
+
+# A knob's physical role: the memory fraction, CUDA graphs, the attention backends, the KV dtype, the
+# prefill chunk, the running-request cap, or anything else.
+ROLES = ("fraction", "graphs", "backends", "kv_dtype", "chunk", "running", "other")
+_FLAG_ROLES = {
+    "attention-backend": "backends",
+    "prefill-attention-backend": "backends",
+    "decode-attention-backend": "backends",
+    "kv-cache-dtype": "kv_dtype",
+    "chunked-prefill-size": "chunk",
+    "max-running-requests": "running",
+}
+
+
+def by_role(blocks: tuple[Block, ...] | list[Block]) -> list[Block]:
+    """The blocks with a backend pair split into one block per feature (prefill, decode, the pair),
+    so a model can weigh what the prefill and the decode backend each do (a failure or a speed tied
+    to one role is not spread over the other)."""
+    out: list[Block] = []
+    for b in blocks:
+        if b.role == "backends" and len(b.cat) > 1:
+            out += [Block(name=f"{b.name}[{i}]", cat=(c,), num=(), role=b.role) for i, c in enumerate(b.cat)]
+        else:
+            out.append(b)
+    return out
+
+
+def role_of(p: Param) -> str:
+    """The physical role of a knob (ROLES)."""
+    if p.target is Target.MEM_FRACTION:
+        return "fraction"
+    if p.target is Target.CUDA_GRAPH:
+        return "graphs"
+    if p.target is Target.BACKEND_PAIR:
+        return "backends"
+    return _FLAG_ROLES.get((p.flag or p.name).replace("_", "-"), "other")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,7 +196,12 @@ def _layout(space: SearchSpace) -> tuple[tuple[Block, ...], tuple[list[_Column],
                 log = min(numbers) > 0
                 num_cols.append((p, "num", _span(min(numbers), max(numbers), log)))
         blocks.append(
-            Block(name=p.name, cat=tuple(range(c0, len(cat_cols))), num=tuple(range(n0, len(num_cols))))
+            Block(
+                name=p.name,
+                cat=tuple(range(c0, len(cat_cols))),
+                num=tuple(range(n0, len(num_cols))),
+                role=role_of(p),
+            )  # fmt: skip
         )
     return tuple(blocks), (cat_cols, num_cols)
 

@@ -9,15 +9,19 @@
 |                                     | (on or off), then to graphs on with max bs >= the failure's    |
 | OOM at load                         | fraction >= f (other memory knobs equal)                      |
 | OOM at capture, graphs max bs g     | fraction >= f with graphs on and max bs >= g, any chunked-     |
-|                                     | prefill size                                                  |
+|                                     | prefill size, max running requests >= r                       |
 | OOM under load                      | fraction >= f, chunked-prefill size >= c and max running       |
 |                                     | requests >= r (where the launch set them), same graph setting |
-| not enough memory for the KV cache  | fraction <= f                                                 |
+| not enough memory for the KV cache  | fraction <= f, any chunked-prefill size, max running requests |
+|                                     | >= r, any KV dtype at least as wide                           |
 
 Why these scopes (what the failure proves, from how SGLang uses the knobs): the fraction sizes the
 weights plus KV pool at load; what is left is for CUDA graphs and activations. Capturing the decode
 graphs needs memory that grows with the largest captured batch, and happens before any request:
-the prefill chunk size plays no part, so a capture OOM holds for every chunk size. Under load, the
+the prefill chunk size plays no part, so a capture OOM holds for every chunk size, and a larger
+running-request cap captures at least the same graphs. The KV pool is what the fraction leaves
+after the weights and the request-to-token table (which grows with the running-request cap), in
+bytes: "not enough memory" holds for any chunk size, any larger cap and any wider KV dtype. Under load, the
 activations of a prefill chunk grow with the chunk size and the batch with max running requests:
 an OOM there holds for larger chunks and more running requests too. NaN that only the captured
 graphs show grows with the batch sizes captured: a pair that passed with graphs at max bs 8 and
@@ -39,10 +43,26 @@ from enum import Enum
 from tuner.config import Outcome
 from tuner.search.evidence import CHUNK_FLAG, DECODE, GATE_OUTCOMES, PREFILL, RUNNING_FLAG, Evidence, Knobs
 
-# Flags a capture OOM says nothing about (capture happens before any prefill chunk is scheduled).
+# Flags a memory failure says nothing about, per rule kind: the KV pool is sized and the decode
+# graphs are captured before any prefill chunk is scheduled.
 CAPTURE_FREE = frozenset({CHUNK_FLAG})
-# Flags an OOM under load is monotone in, upward (bigger prefill chunks, more requests at once).
+FREE_FLAGS: dict[str, frozenset[str]] = {"oom_at_capture": CAPTURE_FREE, "not_enough_memory": CAPTURE_FREE}
+# Flags a memory failure is monotone in, upward, per rule kind: a bigger prefill chunk or running
+# batch needs more activation memory under load; a larger running-request cap captures at least
+# the same graphs and takes a larger request-to-token table from the pool before the KV cache.
 LOAD_MONOTONE = (CHUNK_FLAG, RUNNING_FLAG)
+MONOTONE_FLAGS: dict[str, tuple[str, ...]] = {
+    "oom_under_load": LOAD_MONOTONE,
+    "oom_at_capture": (RUNNING_FLAG,),
+    "not_enough_memory": (RUNNING_FLAG,),
+}
+# Bytes per KV-cache slot element by dtype: "not enough memory" at one dtype holds for any wider one.
+KV_BYTES = {
+    **dict.fromkeys(("fp4_e2m1", "nvfp4", "fp4_mx_block16"), 0.5),
+    **dict.fromkeys(("fp8_e4m3", "fp8_e5m2", "mxfp8"), 1.0),
+    **dict.fromkeys(("bfloat16", "bf16", "float16", "half"), 2.0),
+    "float32": 4.0,
+}
 
 
 class RuleKind(str, Enum):
@@ -92,10 +112,16 @@ class Rule:
             if k.graphs != self.graphs:
                 return False
             return not self.graphs or self.graph_max_bs is None or _bs_at_least(k, self.graph_max_bs)
-        if k.kv_dtype != self.kv_dtype or k.fraction is None or self.fraction is None:
+        if k.fraction is None or self.fraction is None:
             return False
         if self.kind is RuleKind.TOO_LITTLE:
-            return k.fraction <= self.fraction and self._others_match(k)
+            return (
+                k.fraction <= self.fraction
+                and _kv_at_least(k.kv_dtype, self.kv_dtype)
+                and self._others_match(k)
+            )
+        if k.kv_dtype != self.kv_dtype:
+            return False
         if k.fraction < self.fraction:
             return False
         if self.kind is RuleKind.OOM_CAPTURE:
@@ -113,7 +139,7 @@ class Rule:
         """The flags the rule holds equal are equal; those it bounds are at least its bound."""
         if k.others == self.others:
             return True  # every flag equal (bounds included)
-        skip = CAPTURE_FREE if self.kind is RuleKind.OOM_CAPTURE else frozenset()
+        skip = FREE_FLAGS.get(self.kind.value, frozenset())
         if not skip and not self.at_least:
             return False
         bounds = dict(self.at_least)
@@ -181,10 +207,9 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
     kind_of = _memory_kind(ev)
     if kind_of is None or k.fraction is None:
         return ()
-    at_least: tuple[tuple[str, float], ...] = ()
-    if kind_of is RuleKind.OOM_SERVING:
-        values = dict(k.others)
-        at_least = tuple((n, v) for n in LOAD_MONOTONE if (v := _size(values.get(n))) is not None)
+    values = dict(k.others)
+    monotone = MONOTONE_FLAGS.get(kind_of.value, ())
+    at_least = tuple((n, v) for n in monotone if (v := _size(values.get(n))) is not None)
     return (
         Rule(
             kind=kind_of, fraction=k.fraction, kv_dtype=k.kv_dtype, others=k.others, at_least=at_least,
@@ -204,6 +229,14 @@ def _size(value: object) -> float | None:
     except ValueError:
         return None
     return float("inf") if number == -1 else number
+
+
+def _kv_at_least(mine: str | None, failed: str | None) -> bool:
+    """A KV dtype at least as wide as the failure's (unknown widths: the same dtype only)."""
+    if mine == failed:
+        return True
+    a, b = KV_BYTES.get(str(mine).lower()), KV_BYTES.get(str(failed).lower())
+    return a is not None and b is not None and a >= b
 
 
 def _bs_at_least(k: Knobs, bound: int) -> bool:

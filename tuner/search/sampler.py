@@ -25,6 +25,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.search.candidates import Candidates, candidates, params_key
+from tuner.search.feasible import Mechanism, mechanism_of
 from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features
@@ -57,10 +58,18 @@ def space_candidates(space: SearchSpace) -> tuple[Candidates, Features]:
 class StructuredSampler(optuna.samplers.BaseSampler):
     """Chooses whole configurations from a surrogate of the knobs; see the module docstring."""
 
-    def __init__(self, space: SearchSpace, *, seed: int | None, policy_of: PolicyOf | None = None) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        seed: int | None,
+        policy_of: PolicyOf | None = None,
+        budget: int | None = None,
+    ) -> None:
         self._space = space
         self._seed = seed
         self._policy_of = policy_of
+        self._budget = budget if budget is not None else space.budget.n_trials
         self._plans: dict[int, dict[str, object]] = {}
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
 
@@ -97,8 +106,10 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         index = found.index()
         allowed = [True] * len(found.keys)
         seen: list[Seen] = []
+        pending: list[int] = []
         directions = study.directions
         choosing = 0  # trials asked before this one, still choosing: they take the better candidates
+        launches = 0
         for t in trials:
             if t.number == trial.number or t.state not in (TrialState.COMPLETE, TrialState.RUNNING):
                 continue
@@ -107,10 +118,14 @@ class StructuredSampler(optuna.samplers.BaseSampler):
                 choosing += t.state is TrialState.RUNNING and t.number < trial.number
                 continue
             allowed[i] = False
-            if t.state is TrialState.COMPLETE:
-                got = _seen(t, i, directions)
-                if got is not None:
-                    seen.append(got)
+            if t.state is TrialState.RUNNING:
+                pending.append(i)
+                launches += 1
+                continue
+            got = _seen(t, i, directions)
+            if got is not None:
+                seen.append(got)
+                launches += 1
         second = None
         if self._policy_of is not None:
             policy = self._policy_of(trials)
@@ -127,29 +142,58 @@ class StructuredSampler(optuna.samplers.BaseSampler):
                 allowed[i] = decision.launch
                 kv.append(float(decision.prediction.kv_tokens or 0.0))
             names = list(study.metric_names or [])
-            if len(directions) > 1 and names[1:2] == ["kv_tokens"] and any(kv):
+            maximised = len(directions) > 1 and directions[1] is StudyDirection.MAXIMIZE
+            if maximised and names[1:2] == ["kv_tokens"] and any(kv):
                 second = np.asarray(kv, dtype=np.float64)
         seed = (self._seed or 0) * 1_000_003 + trial.number
-        pick = choose(features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing)
+        left = None if self._budget is None else max(1, self._budget - launches)
+        pick = choose(
+            features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing,
+            left=left, budget=self._budget, pending=pending,
+        )  # fmt: skip
         if pick is None:
             return {}
         return sampler_params(self._space, found.params[pick])
 
 
+def _better(value: float, direction: StudyDirection) -> float | None:
+    """An objective value turned higher-is-better and positive (1 / v for a minimised one)."""
+    if not math.isfinite(value) or value <= 0:
+        return None
+    return value if direction is StudyDirection.MAXIMIZE else 1.0 / value
+
+
 def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> Seen | None:
-    """What a finished trial says to the surrogates (None: it launched nothing of its own)."""
+    """What a finished trial says to the surrogates (None: it launched nothing of its own).
+
+    Objectives are read as the study declares them (any metric, either direction): each is turned
+    higher-is-better and positive, the first modelled in logs.
+    """
     attrs = t.user_attrs
     if any(attrs.get(k) for k in NOT_LAUNCHED) or attrs.get("dedup_of") is not None:
         return None
     values = t.values or []
-    measured = attrs.get("failure") is None and attrs.get("outcome", "ok") in ("ok", "slo_violation")
-    first = values[0] if measured and values else None
-    log_first = None
-    if first is not None and first > 0:
-        log_first = math.log(first) if directions[0] is StudyDirection.MAXIMIZE else -math.log(first)
-    second = None
-    if log_first is not None and len(values) > 1 and directions[1] is StudyDirection.MAXIMIZE:
-        second = float(values[1])
+    outcome = str(attrs.get("failure") or attrs.get("outcome") or "ok")
+    failed = mechanism_of(outcome)
+    if (
+        failed is None
+        and attrs.get("failure") is None
+        and attrs.get("outcome") is None
+        and not attrs.get("feasible")
+    ):
+        failed = Mechanism.OTHER  # no outcome recorded and not feasible: a failure of unknown kind
+    measured = failed is None
+    first = _better(values[0], directions[0]) if measured and values else None
+    second = _better(values[1], directions[1]) if first is not None and len(values) > 1 else None
+    margins = tuple(float(v) for k, v in sorted(attrs.items()) if k.startswith("c_slo:") and _number(v))
+    if measured and not attrs.get("feasible") and not any(m > 0 for m in margins):
+        failed = Mechanism.OTHER  # infeasible for a reason the margins do not show
     return Seen(
-        index=index, log_first=log_first, second=second, feasible=bool(attrs.get("feasible")), trial=t.number
-    )
+        index=index, log_first=None if first is None else math.log(first), second=second,
+        feasible=bool(attrs.get("feasible")), trial=t.number, failed=failed,
+        margins=margins if measured and margins else None,
+    )  # fmt: skip
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))

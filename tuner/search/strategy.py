@@ -1,40 +1,49 @@
 """The structured search's decision, as a pure function: what has been seen -> the next candidate.
 
-    choose(features, blocks, seen, allowed, second, seed) -> candidate index or None
+    choose(features, blocks, seen, allowed, second, seed, left, budget, pending) -> candidate index
 
-`seen` holds every launched configuration: its measured objective values (first: the objective
-modelled in log space, e.g. output throughput; second: KV tokens), and whether it was feasible.
-Candidates already launched, running elsewhere, or proven bad by a failure rule or the memory
-model are not `allowed`. Two surrogates are fitted on the same knob kernel: log throughput over
-the measured launches, and feasibility (+1 / -1) over every launch, so failures lower the chance of
-their neighbours (a failure a rule explains counts as much as any other: it measured best on
-the training landscapes). The acquisition (tuner.search.acquire) then weighs expected
-improvement of the best (the model's best mean at a measured launch, so one lucky measurement
-does not end the search) and of the front by that chance. EXPLORE sets a seeded share of picks
-for the most uncertain likely-feasible candidate; it is 0: the variants with 0.1 (tried together
-with a larger EHVI weight) did not measure better on the training landscapes.
+`seen` holds every launched configuration: its measured objective values (first: modelled in log
+space, higher is better -- a throughput, or 1 / a latency; second: the same for the second
+objective), how it failed (the mechanism its log names), and its SLO margins. Candidates already
+launched, running elsewhere, or proven bad by a failure rule or the memory model are not
+`allowed`. Three models share one knob kernel (tuner.search.surrogate, with a relevance per knob):
+log first objective over the measured launches; the chance of passing each failure mechanism,
+fitted on the knobs that mechanism involves (tuner.search.feasible); and each SLO's margin. The
+acquisition (tuner.search.acquire, in logs) weighs expected improvement of the incumbent (the
+model's best mean at a feasible measured launch) and of the front by that chance.
+
+Launches still running (`pending`) are conditioned on as if they had measured what the model
+predicts (kriging believer): the uncertainty near them shrinks, so a second worker goes elsewhere.
+
+Budget: EI is the optimal last step; earlier, a launch is also worth what it teaches the launches
+left, so the posterior spread is inflated by sqrt(1 + EXPLORE * left / budget): exploration early,
+pure expected improvement when the budget runs out (and the finalists then re-measure).
+
+Diversity: the choice is a seeded draw among near-equal scores (Gumbel-max on the log score at
+temperature TEMPERATURE: a candidate scoring 10-20% below the best is still drawn now and then), so
+restarts and workers with their own seeds do not walk one path; one seed always gives one choice.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from tuner.search.acquire import norm_cdf, scores
+from tuner.search.acquire import log_scores
 from tuner.search.candidates import Block
+from tuner.search.feasible import Mechanism, Outcome, log_p_feasible
 from tuner.search.surrogate import Array, Features, fit_predict
 
-EXPLORE = 0.0  # share of picks that go to the most uncertain likely-feasible candidate (0: EI alone explores)
-FEASIBLE_PRIOR = 0.3  # the feasibility surrogate's prior mean (labels +1 / -1): untried leans feasible
-EXPLAINED_LABEL = -1.0  # the label of a failure a rule explains (as strong as any other: measured best)
-HV_WEIGHT = 0.1  # EHVI relative to EI: KV is predicted, throughput is what a launch must find
-MIN_SPREAD = (
-    0.15  # log-throughput spread assumed before the launches show one (configurations differ by ~15%)
-)
+EXPLAINED_LABEL = -0.5  # the label of a failure a rule explains, in its own mechanism's model (the rule
+# already prunes its region: what is left is the doubt about its neighbours)
+HV_WEIGHT = 0.1  # EHVI relative to EI: the second objective is often predicted, the first must be found
+MIN_SPREAD = 0.15  # log-objective spread assumed before the launches show one (configurations differ ~15%)
+EXPLORE = 3.0  # posterior variance inflation at the start of the budget, falling linearly to 0
+TEMPERATURE = 0.15  # Gumbel-max temperature on the log score (0: always the argmax)
+PRIOR_LATER = 0.0  # the memory prior's strength once a feasible launch is known (1 before)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,11 +51,19 @@ class Seen:
     """One launched configuration: its candidate index, objective values (None: nothing measured)."""
 
     index: int
-    log_first: float | None  # log of the first objective (sign chosen so higher is better)
-    second: float | None  # the second objective as measured (higher is better), if any
+    log_first: float | None  # log of the first objective (transformed so higher is better)
+    second: float | None  # the second objective, transformed so higher is better and > 0, if any
     feasible: bool
     trial: int | None = None  # the Optuna trial number, when there is one
     explained: bool = False  # a failure a standing rule proves: the rule's scope says where it holds
+    failed: Mechanism | None = None  # how it failed (None: measured); OTHER when unknown
+    margins: tuple[float, ...] | None = None  # per SLO, the distance past its bound (<= 0 met)
+
+    @property
+    def mechanism(self) -> Mechanism | None:
+        if self.log_first is not None or self.failed is not None:
+            return self.failed
+        return None if self.feasible else Mechanism.OTHER
 
 
 def choose(
@@ -58,59 +75,82 @@ def choose(
     second: Array | None,
     seed: int,
     rank: int = 0,
+    left: int | None = None,
+    budget: int | None = None,
+    pending: Sequence[int] = (),
 ) -> int | None:
     """The index of the next candidate to launch, or None when none is allowed.
 
-    `rank` k > 0 takes the k-th best instead: k trials asked before this one are still choosing
-    (their params not yet written), and they will take the better ones.
+    `second`: the second objective predicted per candidate (None: modelled from `seen` when the
+    launches measured one). `rank` k > 0 takes the k-th best draw: k trials asked before this one
+    are still choosing (their params not yet written). `left` / `budget`: launches left and in all.
     """
     mask = np.asarray(allowed, dtype=bool)
     if not mask.any():
         return None
-    rng = random.Random(seed)
-    jitter = np.asarray([rng.random() for _ in range(len(mask))]) * 1e-12
     open_rows = np.flatnonzero(mask)
     test = features.take([int(i) for i in open_rows])
-    p_feasible = _feasibility(features, blocks, seen, test)
+    outcomes = [
+        Outcome(index=s.index, failed=s.mechanism, margins=s.margins, explained=s.explained) for s in seen
+    ]
+    known = any(s.feasible for s in seen)
+    log_p = log_p_feasible(
+        features, blocks, outcomes, test, explained_label=EXPLAINED_LABEL,
+        prior_strength=PRIOR_LATER if known else 1.0,
+    )  # fmt: skip
     measured = [s for s in seen if s.log_first is not None]
-    if len(measured) == 0:
-        mu = np.zeros(len(open_rows))
-        sd = np.ones(len(open_rows))
-        best: float | None = None
+    waiting = features.take(list(pending)) if pending else None
+    best: float | None = None
+    if not measured:
+        mu, sd = np.zeros(len(open_rows)), np.ones(len(open_rows))
+        if waiting is not None:  # nothing measured: stay away from what is already running
+            sd = _spread_near(features, blocks, test, waiting)
     else:
         y = np.asarray([s.log_first for s in measured], dtype=np.float64)
         spread = max(float(np.std(y)), MIN_SPREAD)
-        rows = [s.index for s in measured]
         good = [s.index for s in measured if s.feasible]
         both = Features(
             cat=np.concatenate([test.cat, features.take(good).cat]),
             num=np.concatenate([test.num, features.take(good).num]),
         )
-        post = fit_predict(features.take(rows), y, both, blocks, scale=spread)
+        train = features.take([s.index for s in measured])
+        post = fit_predict(train, y, both, blocks, scale=spread, pending=waiting)
         mu, sd = post.mean[: len(open_rows)], post.sd[: len(open_rows)]
         # the incumbent by the model's mean, not the luckiest noisy measurement
         best = math.exp(float(np.max(post.mean[len(open_rows) :]))) if good else None
-    if best is not None and rng.random() < EXPLORE:
-        acq = p_feasible * sd
-    else:
-        front = [(math.exp(s.log_first), s.second) for s in measured
-                 if s.feasible and s.log_first is not None and s.second is not None]  # fmt: skip
-        acq = scores(
-            mu, sd, p_feasible, best=best, second=None if second is None else second[open_rows],
-            front=front, hv_weight=HV_WEIGHT,
-        )  # fmt: skip
-    order = np.argsort(-(acq + jitter[open_rows]), kind="stable")
+    if left is not None and budget:
+        sd = sd * math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
+    front = [(math.exp(s.log_first), s.second) for s in measured
+             if s.feasible and s.log_first is not None and s.second is not None]  # fmt: skip
+    predicted = None if second is None else second[open_rows]
+    if predicted is None and front:
+        predicted = _second_of(features, blocks, measured, test)
+    acq = log_scores(mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT)
+    rng = np.random.default_rng(seed & 0xFFFFFFFF)
+    noisy = acq + TEMPERATURE * rng.gumbel(size=len(acq)) if TEMPERATURE > 0 else acq
+    order = np.argsort(-noisy, kind="stable")
     return int(open_rows[int(order[min(rank, len(order) - 1)])])
 
 
-def _feasibility(features: Features, blocks: Sequence[Block], seen: Sequence[Seen], test: Features) -> Array:
-    """P(feasible) of the test rows from the launches' outcomes (0.5-ish where nothing is known)."""
-    if not seen:
-        return np.full(test.cat.shape[0], 0.6)
-    labels = np.asarray([1.0 if s.feasible else (EXPLAINED_LABEL if s.explained else -1.0) for s in seen])
-    if labels.min() > 0:
-        return np.full(test.cat.shape[0], 0.9)
+def _second_of(
+    features: Features, blocks: Sequence[Block], measured: Sequence[Seen], test: Features
+) -> Array | None:
+    """The second objective of the test rows, from a log-space model of the measured launches."""
+    rows = [(s.index, s.second) for s in measured if s.second is not None and s.second > 0]
+    if len(rows) < 2:
+        return None
+    y = np.log(np.asarray([v for _, v in rows], dtype=np.float64))
     post = fit_predict(
-        features.take([s.index for s in seen]), labels, test, blocks, prior_mean=FEASIBLE_PRIOR, scale=1.0
+        features.take([i for i, _ in rows]), y, test, blocks, scale=max(float(np.std(y)), MIN_SPREAD)
     )
-    return norm_cdf(post.mean / np.sqrt(0.25 + post.sd**2))
+    out: Array = np.exp(post.mean)
+    return out
+
+
+def _spread_near(features: Features, blocks: Sequence[Block], test: Features, waiting: Features) -> Array:
+    """Before any measurement: the prior sd after conditioning on the running launches."""
+    post = fit_predict(
+        waiting, np.zeros(waiting.cat.shape[0]), test, blocks, prior_mean=0.0, scale=1.0, ard=False
+    )
+    out: Array = post.sd
+    return out

@@ -2,16 +2,21 @@
 
     python -m tuner.sim generate --seed N [--out DIR]     writes DIR/scenario.yaml and DIR/space.yaml
 
-A draw picks a GPU (memory, compute capability, count = TP), a sparse-attention model (weights,
-KV bytes per token, context), the memory and step-time models, per-backend prefill and decode
-speed factors (decode factors depend on the batch), which backends are unsupported, and one or
-two NaN/garbage mechanisms that need two knobs (backend x graph batch size, backend x KV dtype,
-backend x batch). The space always searches the memory fraction, CUDA graphs and backend pairs,
-and sometimes chunked-prefill size, max running requests and KV dtype; the workload is a chat,
-long-prompt or decode-heavy load point. Memory boundaries (not enough memory, capture OOM moving
-with graph size, OOM under load moving with chunk size or eager batch) fall where the drawn sizes
-put them. A draw is kept only when the scenario passes validation and the oracle finds a feasible
-best, with failures and a best that is not everywhere (tuner.sim.generation_check); otherwise the
+A seed's family (tuner.sim.generate_families: mixed, kv-bound, decode-bound, slo-bound) shapes the
+draw: the workload, how memory-tight the GPU is, how many backends and pairs, which knobs, how much
+graphs matter, whether SLOs bind. Then a draw picks a GPU (memory, compute capability, count = TP),
+a sparse-attention model (weights, KV bytes per token, context), the memory and step-time models,
+per-backend prefill and decode speed factors (decode factors depend on the batch), which backends
+are unsupported, and NaN/garbage mechanisms that need two knobs (backend x graph batch size,
+backend x KV dtype, backend x batch), some tied to one role of the backend (prefill or decode). The
+space always searches the memory fraction, CUDA graphs and backend pairs, and sometimes
+chunked-prefill size, max running requests and KV dtype; the benchmark sends one to three prompts
+per client. Memory boundaries (not enough memory, capture OOM moving with graph size, OOM under
+load moving with chunk size or eager batch) fall where the drawn sizes put them. The slo-bound
+family's TPOT limit and free-VRAM floor, and an infeasible baseline where one is drawn, are placed
+by the check from the oracle's view of the space. A draw is kept only when the scenario passes
+validation and the oracle finds a feasible best, with failures and a best that is not everywhere
+(tuner.sim.generation_check); otherwise the
 next sub-seed is drawn, so a seed always gives the same landscape.
 """
 
@@ -25,6 +30,7 @@ from typing import Any
 import yaml
 
 from tuner.errors import TunerError
+from tuner.sim.generate_families import Shape, family_of, shape
 
 # (name, compute capability, nvidia-smi total MiB) of GPUs a deployment may run on
 GPUS = (
@@ -63,35 +69,39 @@ class Draw:
     scenario: dict[str, Any]
     space: dict[str, Any]
     summary: str  # one line: GPU, model size, knobs, mechanisms
+    family: str = "mixed"
+    slo: bool = False  # the check places a TPOT limit and a free-VRAM floor that bind the best
+    infeasible_baseline: bool = False  # the check makes the baseline a failing point
 
 
 def draw(seed: int, attempt: int = 0) -> Draw:
     """The landscape of (seed, attempt), unchecked (tuner.sim.generation_check.generate checks it)."""
     rng = random.Random(f"tuner-landscape|{seed}|{attempt}")
+    look = shape(family_of(seed), rng)
     gpu_name, cc, total = rng.choice(GPUS)
     sm = int(cc.split(".")[0])
     tp = rng.choice((1, 2, 4, 8) if total < 150_000 else (1, 2, 4, 8, 8))
-    weights = total * rng.uniform(0.35, 0.72)
+    weights = total * rng.uniform(*look.weights_share)
     mechanisms: list[str] = []
     knobs: dict[str, list[Any]] = {}
-    kv_knob = rng.random() < 0.4
+    kv_knob = rng.random() < look.p_kv
     if kv_knob:
         knobs["kv-cache-dtype"] = ["fp8_e4m3", "bfloat16"]
-    backends, pairs = _backends(rng, sm, kv_knob, mechanisms)
-    conc = rng.choice((32, 64, 128, 256))
-    kind = rng.choice(("chat", "long", "decode"))
-    input_len = {"chat": rng.choice((256, 512, 1024)), "long": rng.choice((4000, 8000)), "decode": 128}[kind]
-    output_len = {"chat": rng.choice((64, 128)), "long": 64, "decode": rng.choice((192, 256))}[kind]
-    if kind == "long":
-        conc = min(conc, 64)
-    if rng.random() < 0.5:
+    backends, pairs = _backends(rng, sm, kv_knob, mechanisms, look)
+    conc, input_len, output_len = look.concurrency, look.input_len, look.output_len
+    if rng.random() < look.p_chunk:
         knobs["chunked-prefill-size"] = sorted(rng.sample([2048, 4096, 8192, 16384], rng.choice((2, 3))))
-    if rng.random() < 0.4:
-        knobs["max-running-requests"] = sorted({max(8, conc // 4), max(8, conc // 2), conc})
+    if rng.random() < look.p_running:
+        caps = {max(8, conc // 4), max(8, conc // 2), conc}
+        if look.slo:
+            caps.add(max(8, 3 * conc // 4))
+        knobs["max-running-requests"] = sorted(caps)
     kv_bytes = int(rng.uniform(3000, 70000) / tp * 8 / 8) // 64 * 64 + 64
+    if look.family == "kv-bound":
+        kv_bytes = int(rng.uniform(20000, 90000) / tp) // 64 * 64 + 64
     scenario = {
         "name": f"generated-{seed}",
-        "description": f"generated landscape, seed {seed} (attempt {attempt}), {kind} workload",
+        "description": f"generated landscape, seed {seed} (attempt {attempt}), {look.family}: {look.kind}",
         "gpus": {"name": gpu_name, "compute_capability": cc, "total_mib": total, "count": tp},
         "model": {
             "name": f"Generated-{seed}",
@@ -105,17 +115,22 @@ def draw(seed: int, attempt: int = 0) -> Draw:
             "default_kv_dtype": "bfloat16",
         },
         "memory": _memory(rng, total),
-        "perf": _perf(rng, sm, tp),
+        "perf": _perf(rng, sm, tp, look),
         "backends": backends,
     }
-    space = _space(rng, seed, scenario, pairs, knobs, conc, input_len, output_len)
+    space = _space(rng, seed, scenario, pairs, knobs, look)
     extra = ", ".join(f"{k} {len(v)}" for k, v in knobs.items())
+    infeasible = rng.random() < look.p_infeasible_baseline
     summary = (
-        f"{gpu_name} x{tp}, weights {weights / 1024:.0f} GiB/GPU, "
-        f"{kind} c{conc} in{input_len} out{output_len}; "
+        f"{look.family}: {gpu_name} x{tp}, weights {weights / 1024:.0f} GiB/GPU, "
+        f"{look.kind} c{conc} x{look.prompts_per_client} in{input_len} out{output_len}; "
         f"pairs {len(pairs)}{', ' + extra if extra else ''}; {'; '.join(mechanisms) or 'no NaN mechanism'}"
+        f"{'; SLO-bound' if look.slo else ''}{'; infeasible baseline' if infeasible else ''}"
     )
-    return Draw(seed=seed, attempt=attempt, scenario=scenario, space=space, summary=summary)
+    return Draw(
+        seed=seed, attempt=attempt, scenario=scenario, space=space, summary=summary, family=look.family,
+        slo=look.slo, infeasible_baseline=infeasible,
+    )  # fmt: skip
 
 
 def _memory(rng: random.Random, total: int) -> dict[str, float]:
@@ -133,12 +148,12 @@ def _memory(rng: random.Random, total: int) -> dict[str, float]:
     }
 
 
-def _perf(rng: random.Random, sm: int, tp: int) -> dict[str, float]:
+def _perf(rng: random.Random, sm: int, tp: int, look: Shape) -> dict[str, float]:
     pcie = sm == 12 or rng.random() < 0.15
     return {
         "prefill_tok_s": round(rng.uniform(8000, 90000) * (tp / 8) ** 0.5),
         "prefill_chunk_overhead_ms": round(rng.uniform(4, 30), 1),
-        "launch_overhead_ms": round(rng.uniform(1.5, 14), 2),
+        "launch_overhead_ms": round(rng.uniform(*look.launch_overhead_ms), 2),
         "base_step_ms": round(rng.uniform(3, 14), 2),
         "per_req_step_ms": round(rng.uniform(0.02, 0.3), 3),
         "graph_per_req_extra_ms": round(rng.uniform(0.01, 0.12), 3) if pcie else 0.0,
@@ -148,33 +163,45 @@ def _perf(rng: random.Random, sm: int, tp: int) -> dict[str, float]:
 
 
 def _backends(
-    rng: random.Random, sm: int, kv_knob: bool, mechanisms: list[str]
+    rng: random.Random, sm: int, kv_knob: bool, mechanisms: list[str], look: Shape
 ) -> tuple[dict[str, Any], list[str]]:
     """Backend rules (speed, support, NaN mechanisms) and the backend pairs the space searches."""
-    names = rng.sample(sorted(BACKENDS), rng.choice((3, 4, 5)))
+    names = rng.sample(sorted(BACKENDS), rng.choice(look.backends))
+    spread = 0.35 if look.family == "decode-bound" else 0.0  # the decode backend decides more
     rules: dict[str, Any] = {"default": "ok"}
     for name in names:
         rule: dict[str, Any] = {"behaviour": "ok", "prefill_factor": round(rng.uniform(0.7, 1.4), 2)}
         if rng.random() < 0.5:
-            rule["decode_factor"] = round(rng.uniform(0.75, 1.4), 2)
+            rule["decode_factor"] = round(rng.uniform(0.75 - spread, 1.4 + spread), 2)
         else:
-            small, large = rng.uniform(0.75, 1.35), rng.uniform(0.75, 1.35)
+            small, large = (
+                rng.uniform(0.75 - spread, 1.35 + spread),
+                rng.uniform(0.75 - spread, 1.35 + spread),
+            )
             rule["decode_factor"] = {1: round(small, 2), rng.choice((16, 32, 64, 96)): round(large, 2)}
         if sm not in BACKENDS[name] and rng.random() < 0.8:
-            rule = {
-                "behaviour": "unsupported",
-                "error": f"RuntimeError: {name} kernels: Unsupported architecture",
-            }
-            mechanisms.append(f"{name} unsupported")
+            role = rng.choice(("prefill", "decode")) if rng.random() < look.p_role else None
+            kernels = f"{role} kernels" if role else "kernels"
+            rule.update(
+                behaviour="unsupported", error=f"RuntimeError: {name} {kernels}: Unsupported architecture"
+            )
+            if role:
+                rule["behaviour_roles"] = [role]  # runs (at its speed) in the other role
+            mechanisms.append(f"{name} unsupported{' as ' + role if role else ''}")
         rules[name] = rule
     working = [n for n in names if rules[n]["behaviour"] == "ok"]
     if not working:  # at least one backend runs
         rules[names[0]] = {"behaviour": "ok", "prefill_factor": 1.0, "decode_factor": 1.0}
-        mechanisms.remove(f"{names[0]} unsupported")
+        mechanisms[:] = [m for m in mechanisms if not m.startswith(f"{names[0]} unsupported")]
         working = [names[0]]
-    for victim in rng.sample(working, min(len(working), rng.choice((1, 1, 2)))):
+    for victim in rng.sample(working, min(len(working), rng.choice(look.victims))):
         mechanism = rng.choice(("graph_bs", "batched", "kv") if kv_knob else ("graph_bs", "batched"))
         rule = rules[victim]
+        tag = ""
+        if rng.random() < look.p_role:  # only where it decodes (or prefills): shows in mixed pairs
+            role = rng.choice(("decode", "decode", "prefill"))
+            rule["behaviour_roles"] = [role]
+            tag = f" (as {role} only)"
         if mechanism == "graph_bs":
             rule.update(behaviour="nan", nan_min_batch=rng.choice((32, 48, 64, 96)), nan_graph_only=True)
             mechanisms.append(f"{victim} NaN in graphs of batch >= {rule['nan_min_batch']}")
@@ -185,10 +212,11 @@ def _backends(
             bad = rng.choice(("fp8_e4m3", "bfloat16"))
             rule.update(behaviour=rng.choice(("nan", "garbage")), behaviour_kv_dtypes=[bad])
             mechanisms.append(f"{victim} {rule['behaviour']} with KV {bad}")
+        mechanisms[-1] += tag
     pairs = [f"{p}/{d}" for p in names for d in names]
     same = [f"{n}/{n}" for n in names]
     mixed = [p for p in pairs if p not in same]
-    chosen = same + rng.sample(mixed, min(len(mixed), rng.choice((1, 2, 3))))
+    chosen = same + rng.sample(mixed, min(len(mixed), rng.choice(look.mixed_pairs)))
     return rules, sorted(chosen, key=pairs.index)
 
 
@@ -198,24 +226,30 @@ def _space(
     scenario: dict[str, Any],
     pairs: list[str],
     knobs: dict[str, list[Any]],
-    conc: int,
-    input_len: int,
-    output_len: int,
+    look: Shape,
 ) -> dict[str, Any]:
+    conc, input_len, output_len = look.concurrency, look.input_len, look.output_len
     total = scenario["gpus"]["total_mib"]
     mem = scenario["memory"]
     floor = (scenario["model"]["weights_mib_per_gpu"] + mem["static_reserve_mib"] + mem["min_kv_mib"]) / total
     low = round(min(0.9, max(0.4, floor + rng.uniform(-0.04, 0.06))), 2)
     high = round(min(0.96, low + rng.uniform(0.12, 0.24)), 2)
     step = 0.01 if high - low < 0.16 else 0.02
-    graphs: list[Any] = ["off", *sorted(rng.sample([16, 32, 64, 128, 256], rng.choice((2, 3))))]
+    sizes = [16, 32, 64, 128, 256] if look.family != "decode-bound" else [8, 16, 32, 64, 128, 256, 384]
+    graphs: list[Any] = [
+        "off",
+        *sorted(rng.sample(sizes, rng.choice((2, 3) if look.family != "decode-bound" else (3, 4)))),
+    ]
     if rng.random() < 0.3:
         graphs.append("on")
     grid = round((high - low) / step) + 1
     size = grid * len(graphs) * len(pairs)
     for values in knobs.values():
         size *= len(values)
+    keep = ("max-running-requests", "chunked-prefill-size") if look.slo else ()
     for name in ("max-running-requests", "chunked-prefill-size", "kv-cache-dtype"):
+        if name in keep:
+            continue
         if size > MAX_POINTS and name in knobs:
             size //= len(knobs.pop(name))
     if size > MAX_POINTS:
@@ -253,7 +287,7 @@ def _space(
                  "timeout": "30s"},
         "bench": {
             "workload": {"kind": "random", "input_len": input_len, "output_len": output_len},
-            "load_points": [{"concurrency": conc, "num_prompts": conc}],
+            "load_points": [{"concurrency": conc, "num_prompts": conc * look.prompts_per_client}],
             "warmup_requests": 4,
             "timeouts": {"connect": "5s", "first_byte": "60s", "idle_read": "30s", "stage_deadline": "120s"},
         },
@@ -262,7 +296,9 @@ def _space(
         "timeouts": {"startup": "60s", "idle_log": "30s", "ready_poll": "0.1s", "sigint_grace": "5s",
                      "sigterm_grace": "5s", "release": "20s"},
     }  # fmt: skip
-    if rng.random() < 0.7:
+    if look.slo:
+        space["constraints"] = []  # placed by the check where they bind (generation_check.place_slos)
+    elif rng.random() < 0.7:
         space["constraints"] = [f"min_free_vram_mib >= {rng.choice((1024, 2048))}"]
     return space
 

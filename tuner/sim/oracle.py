@@ -250,7 +250,8 @@ def _run_closed(
         max_running=default_max_running(launch, plan.kv_tokens, scenario.model.context_len),
     )
     arrivals: list[tuple[float, int]] = []
-    times: dict[int, list[float]] = {}
+    times: list[list[float]] = []  # per request, in sending order: (arrival, first token, finish)
+    live: dict[int, tuple[Seq, int]] = {}  # id of a running request -> (it, its record): kept alive
     sent = 0
 
     def send(at: float) -> None:
@@ -265,7 +266,8 @@ def _run_closed(
         while arrivals and arrivals[0][0] <= t:
             at, i = heapq.heappop(arrivals)
             seq = Seq(prompt_tokens=prompt, max_new=output)
-            times[id(seq)] = [at, math.nan, math.nan]
+            times.append([at, math.nan, math.nan])
+            live[id(seq)] = (seq, len(times) - 1)  # holding seq: its id is not reused while it runs
             sched.submit(seq)
         step = sched.plan(max_repeat=1 if arrivals else _FAST)
         if step is None:
@@ -276,14 +278,15 @@ def _run_closed(
         _watch_step(scenario, launch, plan, step, sched, watch)
         t += step.dt_s * step.repeat
         for seq in sched.commit(step):
-            rec = times[id(seq)]
+            rec = times[live[id(seq)][1]]
             if math.isnan(rec[1]):
                 rec[1] = t
             if seq.finished:
                 rec[2] = t
+                del live[id(seq)]
                 if sent < requests:
                     send(t + CLIENT_GAP_S)
-    return [(r[0], r[1], r[2]) for r in times.values()], sched
+    return [(r[0], r[1], r[2]) for r in times], sched
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -179,6 +179,15 @@ def _with_kv(rule: BackendRule, kv: str) -> BackendRule:
     return replace(rule, behaviour="ok", nan_min_batch=None, nan_graph_only=False, behaviour_kv_dtypes=None)
 
 
+def _in_role(rule: BackendRule, role: str) -> BackendRule:
+    """A rule whose behaviour holds only in other roles behaves as ok in `role` (its speed stays)."""
+    if rule.behaviour_roles is None or role in rule.behaviour_roles:
+        return rule
+    return replace(
+        rule, behaviour="ok", error="", nan_min_batch=None, nan_graph_only=False, behaviour_kv_dtypes=None
+    )
+
+
 def _backends(scenario: Scenario, version: str, given: dict[str, Any]) -> _Backends:
     """KV dtype and attention backends as SGLang resolves them, with the pair's worst behaviour."""
     prefill = _first(given, "dsa_prefill_backend", "nsa_prefill_backend")
@@ -201,8 +210,8 @@ def _backends(scenario: Scenario, version: str, given: dict[str, Any]) -> _Backe
     )
     prefill = auto_p if forced or prefill is None else prefill
     decode = auto_d if forced or decode is None else decode
-    prefill_rule = _with_kv(scenario.backend(prefill), kv)
-    decode_rule = _with_kv(scenario.backend(decode), kv)
+    prefill_rule = _in_role(_with_kv(scenario.backend(prefill), kv), "prefill")
+    decode_rule = _in_role(_with_kv(scenario.backend(decode), kv), "decode")
     behaviour, error = "ok", ""
     for rule in (prefill_rule, decode_rule):
         b = rule.behaviour

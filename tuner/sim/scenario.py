@@ -88,6 +88,7 @@ class BackendRule:
     nan_min_batch: int | None = None  # NaN in decode steps of at least this batch (None: never)
     nan_graph_only: bool = False  # ... and only in steps replayed from a captured CUDA graph
     behaviour_kv_dtypes: tuple[str, ...] | None = None  # nan/garbage only with these KV dtypes; ok otherwise
+    behaviour_roles: tuple[str, ...] | None = None  # the behaviour only in these roles (prefill, decode)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,6 +165,8 @@ def parse_backend(rule: Any, where: str, key: str) -> BackendRule:
     behaviour = values.get("behaviour", "ok")
     if values.get("behaviour_kv_dtypes") is not None:
         values["behaviour_kv_dtypes"] = _kv_dtype_list(values["behaviour_kv_dtypes"], behaviour, where, key)
+    if values.get("behaviour_roles") is not None:
+        values["behaviour_roles"] = _role_list(values["behaviour_roles"], where, key)
     if behaviour == "nan_batched":
         values.setdefault("nan_min_batch", 2)
     elif behaviour == "nan":
@@ -181,6 +184,13 @@ def _kv_dtype_list(raw: Any, behaviour: str, where: str, key: str) -> tuple[str,
                    behaviour)
     if not isinstance(raw, list) or not raw or any(not isinstance(v, str) or v not in KV_DTYPES for v in raw):
         raise fail(where, f"{key}.behaviour_kv_dtypes", "a non-empty list of " + ", ".join(KV_DTYPES), raw)
+    return tuple(raw)
+
+
+def _role_list(raw: Any, where: str, key: str) -> tuple[str, ...]:
+    """`behaviour_roles`: a non-empty list of prefill / decode."""
+    if not isinstance(raw, list) or not raw or any(v not in ("prefill", "decode") for v in raw):
+        raise fail(where, f"{key}.behaviour_roles", "a non-empty list of prefill, decode", raw)
     return tuple(raw)
 
 
@@ -246,6 +256,7 @@ BACKEND_FIELDS = {
     "nan_min_batch": Field(kind="int", low=1, optional=True, default=None),
     "nan_graph_only": Field(kind="bool", default=False),
     "behaviour_kv_dtypes": Field(kind="any", optional=True, default=None),  # checked by _kv_dtype_list
+    "behaviour_roles": Field(kind="any", optional=True, default=None),  # checked by _role_list
 }
 
 

@@ -224,7 +224,7 @@ class StudyRunner:
                     return job
             asked = len(self.study.get_trials(deepcopy=False))
             self.study.sampler = make_sampler(
-                self.space, seed=sampler_seed(self.space.sampler.seed, self.host, asked)
+                self.space, seed=sampler_seed(self.space.sampler.seed, self.host, asked), budget=self.budget
             )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)

@@ -56,18 +56,22 @@ def make_storage(url: str, workers: WorkerSettings | None = None) -> RDBStorage:
     return storage
 
 
-def make_sampler(space: SearchSpace, *, seed: int | None = None) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    space: SearchSpace, *, seed: int | None = None, budget: int | None = None
+) -> optuna.samplers.BaseSampler:
     """The sampler the space asks for: structured (the default; tuner.search.sampler) scores every
     candidate with a surrogate of the knobs; TPE (multivariate, grouped), GP and random stay selectable.
 
-    `seed` overrides the space's (the study derives one per ask, so no stream is drawn twice).
+    `seed` overrides the space's (the study derives one per ask, so no stream is drawn twice);
+    `budget` (launches in all, default the space's) lets the structured sampler weigh what is left.
     """
     spec = space.sampler
     seed = spec.seed if seed is None else seed
     if spec.kind == "structured":
         return StructuredSampler(
-            space, seed=seed, policy_of=lambda trials: policy_for(space, study_evidence(space, trials))
-        )
+            space, seed=seed, budget=budget,
+            policy_of=lambda trials: policy_for(space, study_evidence(space, trials)),
+        )  # fmt: skip
     if spec.kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.kind == "gp":

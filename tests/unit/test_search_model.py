@@ -1,0 +1,237 @@
+"""The structured search's models: stable log acquisition, failures by mechanism, the physics prior,
+SLO margins, per-knob relevance, pending launches, budget and seed diversity."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import optuna
+import pytest
+
+from tuner.search.acquire import log_ehvi, log_expected_excess, log_norm_cdf, log_scores
+from tuner.search.candidates import Block
+from tuner.search.feasible import Mechanism, Outcome, log_p_feasible, mechanism_of
+from tuner.search.sampler import _seen
+from tuner.search.strategy import Seen, choose
+from tuner.search.surrogate import Features, fit_predict
+
+# a toy space: fraction (9 levels) x graphs (off + 3 sizes) x pair (4) x KV dtype (2)
+BLOCKS = (
+    Block(name="mem-fraction-static", cat=(), num=(0,), role="fraction"),
+    Block(name="cuda_graph", cat=(0,), num=(1,), role="graphs"),
+    Block(name="sparse_backends", cat=(1,), num=(), role="backends"),
+    Block(name="kv-cache-dtype", cat=(2,), num=(), role="kv_dtype"),
+)
+GRID = [(f, g, p, k) for f in range(9) for g in range(4) for p in range(4) for k in range(2)]
+FEATURES = Features(
+    cat=np.asarray([(g, p, k) for _, g, p, k in GRID], dtype=np.int64),
+    num=np.asarray([(f / 8, 0.0 if g == 0 else 0.25 + 0.25 * g) for f, g, _, _ in GRID], dtype=np.float64),
+)
+
+
+def truth(f: int, g: int, p: int, k: int) -> float:
+    return [0.0, 0.25, -0.1, 0.1][p] + 0.1 * g - 0.3 * (f / 8 - 0.6) ** 2 + 0.05 * k
+
+
+def row(f: int, g: int, p: int, k: int) -> int:
+    return GRID.index((f, g, p, k))
+
+
+def test_the_normal_log_cdf_holds_in_both_tails() -> None:
+    x = np.asarray([-40.0, -20.0, -9.0, -8.0, -3.0, 0.0, 3.0, 9.0])
+    got = log_norm_cdf(x)
+    assert np.all(np.isfinite(got))
+    assert got[2] == pytest.approx(-43.6281, abs=1e-3)  # log Phi(-9); Phi(-9) alone is 1.1e-19
+    assert got[1] == pytest.approx(-203.9172, abs=1e-3)
+    assert got[5] == pytest.approx(math.log(0.5))
+    assert got[6] == pytest.approx(math.log(0.9986501), abs=1e-6)
+    assert np.all(np.diff(log_norm_cdf(np.linspace(-30, 5, 400))) > 0)  # monotone across the switch
+
+
+def test_log_expected_improvement_is_finite_far_below_the_incumbent_and_orders_candidates() -> None:
+    mu = np.log(np.asarray([10.0, 50.0, 90.0, 99.0, 150.0]))
+    sd = np.full(5, 0.01)
+    got = log_expected_excess(mu, sd, 100.0)
+    assert np.all(np.isfinite(got)) and np.all(np.diff(got) > 0)
+    rng = np.random.default_rng(1)
+    draws = np.exp(mu[3] + 0.2 * rng.standard_normal(400_000))
+    mc = np.maximum(draws - 100.0, 0).mean()
+    assert log_expected_excess(mu[3:4], np.asarray([0.2]), 100.0)[0] == pytest.approx(math.log(mc), abs=0.02)
+    front = [(100.0, 10.0), (50.0, 30.0)]
+    hv = log_ehvi(mu, sd, np.full(5, 20.0), front)
+    assert np.all(np.isfinite(hv)) and np.all(np.diff(hv) > 0)
+
+
+def test_no_open_candidate_scores_exactly_zero_or_nan_after_twenty_launches() -> None:
+    rng = random.Random(0)
+    rows = rng.sample(range(len(GRID)), 20)
+    y = np.asarray([truth(*GRID[i]) for i in rows])
+    post = fit_predict(FEATURES.take(rows), y, FEATURES, BLOCKS, scale=max(float(np.std(y)), 0.15))
+    open_rows = [i for i in range(len(GRID)) if i not in rows]
+    best = math.exp(float(np.max(post.mean[rows])))
+    logs = log_scores(
+        post.mean[open_rows], post.sd[open_rows], np.full(len(open_rows), math.log(0.9)),
+        best=best, second=None, front=[],
+    )  # fmt: skip
+    assert np.all(np.isfinite(logs))
+    assert np.all(np.exp(logs) > 0) or len(set(np.round(logs, 6))) > 0.9 * len(logs)  # no ties at 0
+    assert len(set(np.round(logs, 9))) > 0.9 * len(logs)  # the choice never falls to tie-breaking
+
+
+def test_a_garbage_failure_lowers_its_pair_and_dtype_not_the_pair_with_another_dtype() -> None:
+    seen = [
+        Outcome(index=row(4, 0, 0, 0), failed=None),
+        Outcome(index=row(4, 0, 1, 0), failed=Mechanism.NUMERICS),
+    ]
+    p = np.exp(log_p_feasible(FEATURES, BLOCKS, seen, FEATURES))
+    same = p[row(5, 0, 1, 0)]
+    other_dtype = p[row(5, 0, 1, 1)]
+    other_pair = p[row(5, 0, 2, 0)]
+    assert same < other_dtype < other_pair < p[row(5, 0, 0, 0)]  # the pair and dtype carry it most
+    assert other_dtype > 3 * same  # the pair's other dtype stays a launch worth making
+    # a memory failure at the top of the range says nothing about a backend pair in the middle
+    oom = [
+        Outcome(index=row(4, 0, 0, 0), failed=None),
+        Outcome(index=row(8, 3, 1, 0), failed=Mechanism.MEMORY),
+    ]
+    q = np.exp(log_p_feasible(FEATURES, BLOCKS, oom, FEATURES))
+    assert q[row(4, 0, 1, 0)] == pytest.approx(q[row(4, 0, 2, 0)], rel=1e-6)
+    assert q[row(8, 3, 2, 0)] < q[row(4, 3, 2, 0)]  # the memory knobs carry it
+
+
+def test_before_anything_runs_failure_risk_grows_toward_the_fraction_ends_and_with_graph_size() -> None:
+    p = np.exp(log_p_feasible(FEATURES, BLOCKS, [], FEATURES))
+    middle, low, high = p[row(4, 0, 0, 0)], p[row(0, 0, 0, 0)], p[row(8, 0, 0, 0)]
+    assert middle > 2 * low and middle > 2 * high
+    assert p[row(4, 3, 0, 0)] < p[row(4, 1, 0, 0)] < middle
+    first = {choose(FEATURES, BLOCKS, [], [True] * len(GRID), second=None, seed=s) for s in range(12)}
+    assert all(2 <= GRID[i][0] <= 6 for i in first if i is not None)  # away from the box's bounds
+
+
+def test_a_measured_slo_margin_steers_toward_the_boundary_side_that_holds() -> None:
+    seen = [
+        Outcome(index=row(f, 0, 0, 0), failed=None, margins=(m,))
+        for f, m in ((2, -6.0), (4, -2.0), (6, 2.0), (8, 6.0))
+    ]
+    p = np.exp(log_p_feasible(FEATURES, BLOCKS, seen, FEATURES))
+    assert p[row(3, 0, 0, 0)] > 0.7 and p[row(7, 0, 0, 0)] < 0.3
+    assert p[row(3, 0, 0, 0)] > p[row(5, 0, 0, 0)] > p[row(7, 0, 0, 0)]
+
+
+def test_relevance_is_learnt_per_knob() -> None:
+    rng = random.Random(2)
+    rows = rng.sample(range(len(GRID)), 40)
+    y = np.asarray([[0.0, 0.6, -0.4, 0.3][GRID[i][2]] for i in rows])  # only the pair matters
+    post = fit_predict(FEATURES.take(rows), y, FEATURES, BLOCKS)
+    weights = dict(zip((b.name for b in BLOCKS), post.weights, strict=True))
+    assert weights["sparse_backends"] > 2 * weights["kv-cache-dtype"]
+    assert weights["sparse_backends"] > 2 * weights["mem-fraction-static"]
+
+
+def test_a_pending_launch_shrinks_the_uncertainty_near_it_and_keeps_the_mean() -> None:
+    rows = [row(2, 0, 0, 0), row(6, 1, 1, 1), row(4, 2, 2, 0)]
+    y = np.asarray([truth(*GRID[i]) for i in rows])
+    plain = fit_predict(FEATURES.take(rows), y, FEATURES, BLOCKS, ard=False)
+    waiting = FEATURES.take([row(8, 3, 3, 1)])
+    cond = fit_predict(FEATURES.take(rows), y, FEATURES, BLOCKS, ard=False, pending=waiting)
+    assert np.allclose(plain.mean, cond.mean)
+    assert cond.sd[row(8, 3, 3, 1)] < 0.5 * plain.sd[row(8, 3, 3, 1)]
+    assert cond.sd[row(7, 3, 3, 1)] < plain.sd[row(7, 3, 3, 1)]
+
+
+def test_seeds_diversify_the_first_choices_and_one_seed_gives_one_choice() -> None:
+    allowed = [True] * len(GRID)
+    picks = [choose(FEATURES, BLOCKS, [], allowed, second=None, seed=s) for s in range(10)]
+    assert len(set(picks)) >= 4
+    assert picks == [choose(FEATURES, BLOCKS, [], allowed, second=None, seed=s) for s in range(10)]
+
+
+def test_late_in_the_budget_the_choice_exploits() -> None:
+    rng = random.Random(5)
+    rows = rng.sample(range(len(GRID)), 12)
+    seen = [Seen(index=i, log_first=truth(*GRID[i]), second=None, feasible=True) for i in rows]
+    allowed = [i not in rows for i in range(len(GRID))]
+    y = np.asarray([truth(*GRID[i]) for i in rows])
+    post = fit_predict(FEATURES.take(rows), y, FEATURES, BLOCKS, scale=max(float(np.std(y)), 0.15))
+    early = [
+        choose(FEATURES, BLOCKS, seen, allowed, second=None, seed=s, left=30, budget=32) for s in range(8)
+    ]
+    late = [choose(FEATURES, BLOCKS, seen, allowed, second=None, seed=s, left=1, budget=32) for s in range(8)]
+    mean_of = lambda picks: float(np.mean([post.mean[p] for p in picks if p is not None]))  # noqa: E731
+    sd_of = lambda picks: float(np.mean([post.sd[p] for p in picks if p is not None]))  # noqa: E731
+    assert mean_of(late) >= mean_of(early) and sd_of(late) <= sd_of(early)
+
+
+@pytest.mark.parametrize(
+    ("names", "directions", "values", "first", "second"),
+    [
+        (["output_throughput", "kv_tokens"], ["maximize", "maximize"], [1200.0, 5e5], 1200.0, 5e5),
+        (["output_throughput", "ttft_p99_ms"], ["maximize", "minimize"], [1200.0, 400.0], 1200.0, 1 / 400),
+        (["ttft_p99_ms", "output_throughput"], ["minimize", "maximize"], [400.0, 1200.0], 1 / 400, 1200.0),
+        (
+            ["tpot_p50_ms", "output_throughput_per_gpu"],
+            ["minimize", "maximize"],
+            [12.0, 300.0],
+            1 / 12,
+            300.0,
+        ),
+        (
+            ["output_throughput_per_user", "e2e_p99_ms"],
+            ["maximize", "minimize"],
+            [40.0, 9000.0],
+            40.0,
+            1 / 9000,
+        ),
+    ],
+)
+def test_the_sampler_reads_the_objectives_the_study_declares(
+    names: list[str], directions: list[str], values: list[float], first: float, second: float
+) -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=directions)
+    study.set_metric_names(names)
+    trial = study.ask()
+    trial.set_user_attr("feasible", True)
+    trial.set_user_attr("outcome", "ok")
+    trial.set_user_attr("c_slo:ttft_p99_ms<=2000", -500.0)
+    study.tell(trial, values)
+    got = _seen(study.get_trials()[0], 0, study.directions)
+    assert got is not None and got.log_first == pytest.approx(math.log(first))
+    assert got.second == pytest.approx(second) and got.margins == (-500.0,)
+    assert got.failed is None
+
+
+def test_failures_are_attributed_to_the_mechanism_their_log_names() -> None:
+    assert mechanism_of("oom") is mechanism_of("not_enough_memory") is Mechanism.MEMORY
+    assert (
+        mechanism_of("nan") is mechanism_of("garbage") is mechanism_of("wrong_answer") is Mechanism.NUMERICS
+    )
+    assert mechanism_of("unsupported") is Mechanism.SUPPORT
+    assert (
+        mechanism_of("hang") is Mechanism.OTHER
+        and mechanism_of("ok") is mechanism_of("slo_violation") is None
+    )
+
+
+def test_numerical_failures_of_two_pairs_sharing_a_prefill_backend_are_blamed_on_that_role() -> None:
+    # backends 0..3; a pair is (prefill, decode, pair level): NaN whenever backend 1 prefills
+    pairs = [(p, d) for p in range(4) for d in range(4)]
+    blocks = (
+        Block(name="mem-fraction-static", cat=(), num=(0,), role="fraction"),
+        Block(name="sparse_backends", cat=(0, 1, 2), num=(), role="backends"),
+    )
+    feats = Features(
+        cat=np.asarray([(p, d, 4 * p + d) for p, d in pairs for _ in range(3)], dtype=np.int64),
+        num=np.asarray([(f / 2,) for _ in pairs for f in range(3)], dtype=np.float64),
+    )
+    at = {(p, d): 3 * pairs.index((p, d)) + 1 for p, d in pairs}  # the middle fraction
+    seen = [
+        Outcome(index=at[(0, 0)], failed=None),
+        Outcome(index=at[(1, 2)], failed=Mechanism.NUMERICS),
+        Outcome(index=at[(1, 3)], failed=Mechanism.NUMERICS),
+    ]
+    p = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    assert p[at[(2, 2)]] > p[at[(1, 0)]]  # decode 2 was in a failing pair, but prefill 1 was in both
+    assert p[at[(3, 3)]] > p[at[(1, 1)]]
