@@ -194,6 +194,26 @@ _ALL = (
         read=lambda m: m.failed / (m.completed + m.failed) if m.completed + m.failed else None,
     ),
     Metric(
+        name="capacity_request_rate",
+        direction=_MAX,
+        unit="req/s",
+        source=Source.BENCH,
+        doc="SLO capacity: the highest request rate the launch served within the capacity objective's SLOs",
+        read=lambda m: None,  # measured by the load search over several runs, never by one load point
+        label="SLO capacity",
+        fmt="{:,.2f}",
+    ),
+    Metric(
+        name="capacity_concurrency",
+        direction=_MAX,
+        unit="concurrent requests",
+        source=Source.BENCH,
+        doc="SLO capacity: the highest concurrency the launch served within the capacity objective's SLOs",
+        read=lambda m: None,
+        label="SLO capacity (concurrency)",
+        fmt="{:,.0f}",
+    ),
+    Metric(
         name="output_throughput_per_gpu",
         direction=_MAX,
         unit="tok/s/GPU",
@@ -301,5 +321,6 @@ def trial_values(result: TrialResult) -> dict[str, float | None]:
         out["kv_tokens"] = float(result.server.kv_tokens)
     if result.min_free_mib:
         out["min_free_vram_mib"] = float(min(result.min_free_mib))
+    out.update({k: v for k, v in result.stage_metrics.items() if k in METRICS})  # the load search's
     out.update(derived_values(out, len(result.gpus)))
     return out

@@ -104,18 +104,31 @@ class _CapacityStage:
     """The benchmark stage of the capacity launch: the search, over the study's benchmark client."""
 
     def __init__(
-        self, ctx: TrialContext, search: Search, prompts: int | None, on_point: OnPoint | None
-    ) -> None:
+        self, ctx: TrialContext, search: Search, prompts: int | None, on_point: OnPoint | None,
+        *, close_at_capacity: bool = False,
+    ) -> None:  # fmt: skip
         self.inner = ctx.bench
         self.search = search
         self.prompts = prompts
         self.on_point = on_point
         self.results: list[tuple[float, BenchResult]] = []
         self.died_at: float | None = None  # the load under which the server died
+        # when this launch measured nothing at the capacity (found by an earlier launch or process),
+        # one run there, so the launch's own figures are those of its capacity
+        self.close_at_capacity = close_at_capacity
+
+    def _next(self) -> float | None:
+        load = self.search.next_load()
+        if load is not None or not self.close_at_capacity:
+            return load
+        best = self.search.capacity()
+        if best is None or any(at == best for at, _ in self.results) or self.died_at is not None:
+            return None
+        return best
 
     def __call__(self, base_url: str, settings: BenchSettings, **kw: Any) -> BenchResult:
         died: threading.Event | None = kw.get("server_died")
-        while (load := self.search.next_load()) is not None and not INTERRUPTS.requested:
+        while (load := self._next()) is not None and not INTERRUPTS.requested:
             result = self.inner(
                 base_url, point_settings(settings, self.search.plan.knob, load, self.prompts), **kw
             )

@@ -70,6 +70,8 @@ class SearchPlan:
     max_points: int = 16  # measurements in all
     low: float = 0.05  # never below this load
     high: float = 4096.0  # never above this load
+    step: float = 2.0  # the factor of each bracketing step (smaller from a close first guess)
+    relative: bool = False  # a concurrency's bracket is done within `tolerance` too (else one request)
 
     def near(self, lo: float, hi: float) -> bool:
         """The bracket is narrow enough that each measurement is repeated."""
@@ -77,7 +79,7 @@ class SearchPlan:
 
     def done(self, lo: float, hi: float) -> bool:
         if self.knob is Knob.CONCURRENCY:
-            return hi - lo <= 1
+            return hi - lo <= (max(1.0, math.floor(self.tolerance * lo)) if self.relative else 1)
         return hi <= lo * (1 + self.tolerance)
 
     def between(self, lo: float, hi: float) -> float:
@@ -213,10 +215,10 @@ class Search:
         lo, hi = self.bracket()
         if lo is None:  # nothing passed yet: halve
             assert hi is not None
-            down = plan.clamp(hi / 2)
+            down = plan.clamp(hi / plan.step)
             return None if down >= hi else down
         if hi is None:  # nothing failed yet: double
-            up = plan.clamp(lo * 2)
+            up = plan.clamp(lo * plan.step)
             return None if up <= lo else up
         for load in (hi, lo):  # near the boundary, each side is measured `repeats` times
             runs = self.runs[load]

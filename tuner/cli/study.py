@@ -143,9 +143,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         warm = WarmStart(url=database_url(options.warm_start_db or options.db), study=options.warm_start)
         warm.trials()  # an absent study or database is refused before this run writes anything
+    # opening may wait up to a minute on a database another process holds locked: a stop ends the wait
+    from tuner.capacity.objective import executor_for
     from tuner.interrupts import INTERRUPTS
 
-    # opening may wait up to a minute on a database another process holds locked: a stop ends the wait
     runner = INTERRUPTS.blocking(
         lambda: StudyRunner(
             space,
@@ -154,6 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             n_trials=options.trials,
             timeout_s=options.timeout,
             warm_start=warm,
+            execute=executor_for(space, db_url=url, study=study_name or space.study_name),
         )
     )
     metric_names = [o.metric for o in space.objectives]

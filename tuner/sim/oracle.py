@@ -83,6 +83,8 @@ class Prediction:
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
     tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
     e2e_p99_ms: float | None = None
     max_batch: int = 0  # largest decode batch of the benchmark
     max_queue: int = 0  # longest waiting queue of the benchmark
@@ -180,6 +182,8 @@ def predict(scenario: Scenario, launch: Launch, workload: Workload) -> Predictio
         ttft_p50_ms=percentile(ttft, 50),
         ttft_p99_ms=percentile(ttft, 99),
         tpot_p50_ms=percentile(tpot, 50) if tpot else None,
+        tpot_p99_ms=percentile(tpot, 99) if tpot else None,
+        e2e_p50_ms=percentile(e2e, 50),
         e2e_p99_ms=percentile(e2e, 99),
         max_batch=bench.max_batch,
         max_queue=bench.max_queue,
