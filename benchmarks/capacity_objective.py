@@ -221,7 +221,8 @@ def main(argv: list[str]) -> int:
             f"max {r['error_max']:.3f}"
         )
         print(
-            f"   throughput pick: capacity {r['throughput_pick_capacity']} ({r['throughput_pick']}); capacity "
+            f"   throughput pick: capacity {r['throughput_pick_capacity']} ({r['throughput_pick']}); "
+            "capacity "
             f"pick: {r['capacity_pick_capacity']} ({r['capacity_pick']}); differ: {r['picks_differ']}, "
             f"capacity lost by the throughput pick "
             f"{100 * float(r['capacity_lost_by_throughput_pick']):.1f}%"

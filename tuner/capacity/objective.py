@@ -158,7 +158,10 @@ class CapacityExecutor:
             result: TrialResult = self.inner(config, ctx, label=label, prepared=launch)
             return result
         key = stored.SearchKey(
-            study=self.study, config_hash=key_of(launch), run_key=run_key(label), search_key=search_key(self.spec)
+            study=self.study,
+            config_hash=key_of(launch),
+            run_key=run_key(label),
+            search_key=search_key(self.spec),
         )
         sink = _Sink(self.url, key, self.spec, self._prior())
         known = stored.load(self.url, key)
@@ -227,7 +230,7 @@ def curve_points(search: Search, kv_tokens: int | None, bench: BenchSettings) ->
         in_flight = _median_of(search.runs[v.load], "concurrency")
         if not v.passed and kv_tokens and in_flight and in_flight * per_request > kv_tokens:
             limits.append("kv_pool")
-            why += f"; {in_flight:,.0f} requests in flight x {per_request:,.0f} tokens > KV pool {kv_tokens:,}"
+            why += f"; {in_flight:,.0f} in flight x {per_request:,.0f} tokens > KV pool {kv_tokens:,}"
         out.append({
             "load": v.load, "passed": v.passed, "runs": v.runs, "medians": dict(v.medians), "why": why,
             "limits": limits, "curve": dict(v.curve), "kv_tokens": kv_tokens,
