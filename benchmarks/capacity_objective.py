@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -38,27 +39,30 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from search_world import generated_space  # noqa: E402
 
-from tuner.capacity.objective import plan_for  # noqa: E402
-from tuner.capacity.search import Measurement, Search  # noqa: E402
+from tuner.capacity.objective import capacity_spec, plan_for  # noqa: E402
+from tuner.capacity.run import MAX_PROMPTS  # noqa: E402
+from tuner.capacity.search import SUSTAINED, Measurement, Search  # noqa: E402
 from tuner.sim.oracle import Prediction, predict  # noqa: E402
 from tuner.sim.spacefile import read_space  # noqa: E402
+from tuner.space.loader import load_space  # noqa: E402
 from tuner.space.sections import CapacitySpec, Slo  # noqa: E402
 
 SHIPPED = {
     "dsv32": "dsv32-fp8-h200-sim.yaml",
     "glm5-b200": "glm5-nvfp4-b200-tp4-sim.yaml",
     "glm5-sm120": "glm5-nvfp4-sm120-sim.yaml",
+    "sm120-capacity": "glm5-nvfp4-sm120-capacity-sim.yaml",
     "h200": "h200-gpu-backed-sim.yaml",
     "tiny": "tiny-fast-sim.yaml",
 }
-MAX_CONC = 1024
+MAX_LOAD = 1024.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PointResult:
     point: str
     throughput: float
-    true_capacity: int
+    true_capacity: float
     found: float | None
     runs: int
     precision: float | None
@@ -70,25 +74,52 @@ def _space_path(name: str) -> Path:
     return ROOT / "search_spaces" / SHIPPED[name]
 
 
-def _passes(pred: Prediction, slos: tuple[Slo, ...]) -> bool:
+def _metrics(pred: Prediction) -> dict[str, float | None]:
+    return {"ttft_p99_ms": pred.ttft_p99_ms, "tpot_p99_ms": pred.tpot_p99_ms}
+
+
+def _served(pred: Prediction, n: int) -> float:
+    span = (pred.duration_s or 0.0) - (pred.e2e_p50_ms or 0.0) / 1000
+    return n / span if span > 0 else 0.0
+
+
+def _passes(pred: Prediction, slos: tuple[Slo, ...], load: float, rate: bool) -> bool:
     if not pred.feasible:
         return False
-    values = {"ttft_p99_ms": pred.ttft_p99_ms, "tpot_p99_ms": pred.tpot_p99_ms}
-    return all(s.violation(values.get(s.metric)) <= 0 for s in slos)
+    if rate and _served(pred, _prompts(load, rate)) < SUSTAINED * load:
+        return False
+    return all(s.violation(_metrics(pred).get(s.metric)) <= 0 for s in slos)
 
 
-def _true_capacity(at: Callable[[int], Prediction], slos: tuple[Slo, ...], high: int) -> int:
-    """The highest concurrency that passes (latency rises with load: a bisection over 1..high)."""
-    if not _passes(at(1), slos):
-        return 0
-    lo, hi = 1, high + 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _passes(at(mid), slos) else (lo, mid)
-    return lo
+def _prompts(load: float, rate: bool) -> int:
+    """Requests per load point, as tuner.capacity.run.point_settings sizes them."""
+    return min(MAX_PROMPTS, max(32, math.ceil(12 * load))) if rate else max(32, 5 * int(load))
 
 
-def _measure(pred: Prediction, load: float, noise: float, rng: random.Random) -> Measurement:
+def _true_capacity(
+    at: Callable[[float], Prediction], slos: tuple[Slo, ...], rate: bool, high: float
+) -> float:
+    """The highest load that passes (latency rises with load): bisection, to 1 request or 1% of a rate."""
+    if rate:
+        lo = hi = 0.01
+        while _passes(at(hi), slos, hi, rate) and hi < high:
+            lo, hi = hi, hi * 2
+        if lo == hi:
+            return 0.0
+        while hi / lo > 1.01:
+            mid = round(math.sqrt(lo * hi), 4)
+            lo, hi = (mid, hi) if _passes(at(mid), slos, mid, rate) else (lo, mid)
+        return lo
+    if not _passes(at(1), slos, 1, rate):
+        return 0.0
+    clo, chi = 1, int(high) + 1
+    while chi - clo > 1:
+        mid = (clo + chi) // 2
+        clo, chi = (mid, chi) if _passes(at(mid), slos, mid, rate) else (clo, mid)
+    return float(clo)
+
+
+def _measure(pred: Prediction, load: float, rate: bool, noise: float, rng: random.Random) -> Measurement:
     if not pred.feasible:
         return Measurement(load=load, values={}, completed=0, failed=0, died=pred.outcome.value)
     f = min(1.1, max(0.9, rng.gauss(1.0, noise)))
@@ -96,12 +127,13 @@ def _measure(pred: Prediction, load: float, noise: float, rng: random.Random) ->
     values = {
         "ttft_p99_ms": (pred.ttft_p99_ms or 0.0) * f,
         "tpot_p99_ms": (pred.tpot_p99_ms or 0.0) * g,
-        "concurrency": load,
+        "duration_s": (pred.duration_s or 0.0) * g,
+        "e2e_p50_ms": (pred.e2e_p50_ms or 0.0) * g,
     }
-    return Measurement(load=load, values=values, completed=1, failed=0)
+    return Measurement(load=load, values=values, completed=_prompts(load, rate), failed=0)
 
 
-def landscape(name: str, *, points: int, seed: int) -> dict[str, object]:
+def landscape(name: str, *, points: int, seed: int, knob: str = "request_rate") -> dict[str, object]:
     space = read_space(_space_path(name))
     scenario = space.scenario()
     rng = random.Random(seed)
@@ -110,54 +142,68 @@ def landscape(name: str, *, points: int, seed: int) -> dict[str, object]:
     work = space.workload
     per_request = work.input_len + work.output_len
 
-    def at_of(point: dict[str, object]) -> Callable[[int], Prediction]:
+    rate = knob == "request_rate"
+
+    def at_of(point: dict[str, object]) -> Callable[[float], Prediction]:
         launch = space.launch(scenario, point)
         base = space.workload_for(launch)
 
         @cache
-        def at(conc: int) -> Prediction:
-            return predict(scenario, launch, replace(base, concurrency=conc, num_prompts=max(32, 4 * conc)))
+        def at(load: float) -> Prediction:
+            if rate:  # Poisson arrivals, in flight at most the space's benchmark concurrency x 8
+                n = _prompts(load, rate)
+                w = replace(base, concurrency=8 * work.concurrency, num_prompts=n, request_rate=load)
+                return predict(scenario, launch, w)
+            conc = int(load)
+            closed = replace(base, concurrency=conc, num_prompts=_prompts(conc, rate))
+            return predict(scenario, launch, closed)
 
         return at
 
     sample = []
     for point in all_points:
-        at = at_of(point)
-        if at(work.concurrency).feasible:
-            sample.append((point, at))
+        launch = space.launch(scenario, point)
+        saturated = predict(scenario, launch, space.workload_for(launch))
+        if saturated.feasible:
+            sample.append((point, at_of(point), saturated))
         if len(sample) >= points:
             break
     if not sample:
         return {"landscape": name, "points": 0}
-    ttft1 = statistics.median(at(1).ttft_p99_ms or 0.0 for _, at in sample)
-    tpot1 = statistics.median(at(1).tpot_p99_ms or 0.0 for _, at in sample)
+    unloaded = [at(0.01 if rate else 1) for _, at, _ in sample]
+    ttft1 = statistics.median(p.ttft_p99_ms or 0.0 for p in unloaded)
+    tpot1 = statistics.median(p.tpot_p99_ms or 0.0 for p in unloaded)
     slos = (
         Slo(metric="ttft_p99_ms", op="<=", bound=round(5 * ttft1, 1)),
         Slo(metric="tpot_p99_ms", op="<=", bound=round(3 * tpot1, 2)),
     )
-    spec = CapacitySpec(slo=slos, load="concurrency", precision=0.1, repeats=2, max_runs=12)
-    noise = scenario.perf.noise_pct / 100 if hasattr(scenario.perf, "noise_pct") else 0.02
+    declared = capacity_spec(load_space(_space_path(name)))
+    if declared is not None:  # a space with its own capacity objective: its SLOs
+        slos = declared.slo
+    spec = CapacitySpec(slo=slos, load=knob, precision=0.1, repeats=2, max_runs=12)
+    noise = scenario.perf.noise_pct / 100
     found_so_far: list[float] = []
     results = []
-    for point, at in sample:
-        kv = at(1).kv_tokens or 0
+    found_so_far: list[float] = []
+    results = []
+    for point, at, saturated in sample:
+        kv = saturated.kv_tokens or 0
         kv_requests = max(1, kv // per_request) if kv else None
         plan = plan_for(spec, prior=found_so_far, bench_concurrency=work.concurrency, kv_requests=kv_requests)
-        plan = replace(plan, high=min(plan.high, MAX_CONC))
+        plan = replace(plan, high=min(plan.high, MAX_LOAD))
         search = Search(plan=plan)
         while (load := search.next_load()) is not None:
-            search.record(_measure(at(int(load)), load, noise, rng))
+            search.record(_measure(at(load), load, rate, noise, rng))
         found = search.capacity()
         lo, hi = search.bracket()
         precision = (hi - lo) / lo if lo and hi else None
         if found:
             found_so_far.append(found)
-        true = _true_capacity(at, slos, min(MAX_CONC, int(plan.high)))
         results.append(
             PointResult(
                 point=" ".join(f"{k}={v}" for k, v in point.items()),
-                throughput=at(work.concurrency).output_tok_s or 0.0,
-                true_capacity=true,
+                throughput=saturated.output_tok_s or 0.0,
+                true_capacity=_true_capacity(at, slos, rate, plan.high),
                 found=found,
                 runs=search.measured(),
                 precision=precision,
@@ -201,12 +247,16 @@ def _summary(name: str, slos: tuple[Slo, ...], results: list[PointResult]) -> di
 def main(argv: list[str]) -> int:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
-    parser.add_argument("--landscapes", default="dsv32,glm5-sm120,h200,gen-1,gen-2,gen-3")
+    every = "sm120-capacity,dsv32,glm5-b200,glm5-sm120,h200,gen-1,gen-2,gen-3"
+    parser.add_argument("--landscapes", default=every)
     parser.add_argument("--points", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--load", choices=("request_rate", "concurrency"), default="request_rate")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    rows = [landscape(n, points=args.points, seed=args.seed) for n in args.landscapes.split(",")]
+    rows = [
+        landscape(n, points=args.points, seed=args.seed, knob=args.load) for n in args.landscapes.split(",")
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
