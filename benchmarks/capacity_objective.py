@@ -143,6 +143,8 @@ def landscape(name: str, *, points: int, seed: int, knob: str = "request_rate") 
     per_request = work.input_len + work.output_len
 
     rate = knob == "request_rate"
+    declared = capacity_spec(load_space(_space_path(name)))
+    in_flight = (declared.max_concurrency if declared else None) or work.concurrency
 
     def at_of(point: dict[str, object]) -> Callable[[float], Prediction]:
         launch = space.launch(scenario, point)
@@ -150,9 +152,9 @@ def landscape(name: str, *, points: int, seed: int, knob: str = "request_rate") 
 
         @cache
         def at(load: float) -> Prediction:
-            if rate:  # Poisson arrivals, in flight at most the space's benchmark concurrency x 8
+            if rate:  # Poisson arrivals, in flight at most what the product's search allows
                 n = _prompts(load, rate)
-                w = replace(base, concurrency=8 * work.concurrency, num_prompts=n, request_rate=load)
+                w = replace(base, concurrency=in_flight, num_prompts=n, request_rate=load)
                 return predict(scenario, launch, w)
             conc = int(load)
             closed = replace(base, concurrency=conc, num_prompts=_prompts(conc, rate))
@@ -177,7 +179,6 @@ def landscape(name: str, *, points: int, seed: int, knob: str = "request_rate") 
         Slo(metric="ttft_p99_ms", op="<=", bound=round(5 * ttft1, 1)),
         Slo(metric="tpot_p99_ms", op="<=", bound=round(3 * tpot1, 2)),
     )
-    declared = capacity_spec(load_space(_space_path(name)))
     if declared is not None:  # a space with its own capacity objective: its SLOs
         slos = declared.slo
     spec = CapacitySpec(slo=slos, load=knob, precision=0.1, repeats=2, max_runs=12)

@@ -110,6 +110,10 @@ class _Stage(_CapacityStage):
         self.sink = sink
 
     def __call__(self, base_url: str, settings: BenchSettings, **kw: Any) -> BenchResult:
+        cap = self.sink.spec.max_concurrency
+        if cap is not None:  # the rate search's in-flight cap, apart from the benchmark's load point
+            point = settings.load_points[settings.objective_point].model_copy(update={"concurrency": cap})
+            settings = settings.model_copy(update={"load_points": (point,), "objective_point": 0})
         info = server_info(base_url, auth=kw.get("auth")) or {}
         kv = _kv_tokens(info)
         self.sink.kv_tokens = kv

@@ -304,7 +304,8 @@ def _run_closed(
 
 
 def poisson(rate: float | None, n: int, seed: int) -> list[float] | None:
-    """Send times of `n` requests arriving at `rate` per second (exponential gaps, seeded); None: closed loop."""
+    """Send times of `n` requests arriving at `rate` per second (exponential gaps, seeded); None: closed
+    loop."""
     if rate is None:
         return None
     rng = random.Random(seed)

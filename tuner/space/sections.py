@@ -131,7 +131,11 @@ class Objective(Settings):
         if "capacity" in data and "metric" not in data:
             spec = data["capacity"]
             load = spec.get("load", "request_rate") if isinstance(spec, dict) else "request_rate"
-            data = {**data, "metric": CAPACITY_METRICS.get(load, f"capacity_{load}")}
+            if load not in CAPACITY_METRICS:
+                raise mistake(
+                    f"expected {' or '.join(CAPACITY_METRICS)} (got {show(load)})", at=("capacity", "load")
+                )
+            data = {**data, "metric": CAPACITY_METRICS[load]}
         metric = data.get("metric")
         _known_metric(metric)
         if not isinstance(metric, str):
@@ -202,6 +206,8 @@ class CapacitySpec(Settings):
     max_runs: int = Field(default=12, ge=2, le=64)  # benchmark runs per launch at most
     start: float | None = Field(default=None, gt=0)  # None: the study's capacities so far, the KV pool
     prompts: int | None = Field(default=None, ge=1)  # requests per load point; None: by the load
+    # request_rate: requests in flight at most (the client's cap); None: the benchmark load point's
+    max_concurrency: int | None = Field(default=None, ge=1, le=4096)
 
     @property
     def metric(self) -> str:
