@@ -105,8 +105,10 @@ def test_a_failing_load_whose_requests_overflow_the_kv_pool_names_the_pool() -> 
     points = curve_points(search, 12_000, bench)
     assert points[0]["limits"] == [] and points[1]["limits"] == ["slo:ttft_p99_ms<=300", "kv_pool"]
     assert curve_points(search, 50_000, bench)[1]["limits"] == ["slo:ttft_p99_ms<=300"]
-    record = CapacityRecord(study="s", trial_number=3, row_id=0, config_hash="h", knob="concurrency",
-                            slos=("ttft_p99_ms<=300",), capacity=8.0, points=points, outcome="ok")  # fmt: skip
+    record = CapacityRecord(
+        study="s", trial_number=3, row_id=0, config_hash="h", knob="concurrency",
+        slos=("ttft_p99_ms<=300",), capacity=8.0, points=points, outcome="ok",
+    )  # fmt: skip
     line = record.line()
     assert (
         "#3: 8 concurrent requests within ttft_p99_ms<=300, bound by SLO ttft_p99_ms<=300 and the KV pool"
