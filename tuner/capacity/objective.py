@@ -4,7 +4,7 @@
                     start: the space's `start`, else the median capacity of the study's launches so
                            far, else the study's benchmark concurrency / 1 req/s; never above what
                            the KV pool holds (KV tokens / tokens per request bound the concurrency)
-                    bracket (x2 cold, x1.5 from the study's capacities), bisect, repeat only near
+                    bracket (x2 cold, x(1 + precision)^4 from the study's capacities), bisect, repeat only near
                     the boundary, stop within `precision` or after `max_runs` runs
 
 The server is the trial's own (no extra restart; one relaunch after a death under load, to search
@@ -40,7 +40,13 @@ from tuner.trial import run_trial
 
 log = logging.getLogger(__name__)
 
-WARM_STEP = 1.5  # bracketing factor when the study's capacities so far give the first guess
+NEAR = 2.0  # repeats start once the bracket is within two precisions (the last bisection or two)
+
+
+def warm_step(precision: float) -> float:
+    """The bracketing factor from a close first guess: two geometric bisections of it land just
+    within `precision` ((1 + p)^4, a hair under), so no bisection is spent on a last few percent."""
+    return (1 + precision) ** 4 * 0.999
 KV_HEADROOM = 2.0  # a concurrency above this many times what the KV pool holds is never tried
 
 
@@ -78,9 +84,9 @@ def plan_for(
     knob = Knob(spec.load)
     guesses = [c for c in prior if c > 0]
     if spec.start is not None:
-        start, step = spec.start, WARM_STEP
+        start, step = spec.start, warm_step(spec.precision)
     elif guesses:
-        start, step = statistics.median(guesses), WARM_STEP
+        start, step = statistics.median(guesses), warm_step(spec.precision)
     else:
         start, step = (float(bench_concurrency) if knob is Knob.CONCURRENCY else 1.0), 2.0
     high = 4096.0
@@ -89,7 +95,7 @@ def plan_for(
         start = min(start, float(kv_requests))
     return SearchPlan(
         knob=knob, start=start, slos=spec.slo, repeats=spec.repeats, tolerance=spec.precision,
-        max_points=spec.max_runs, step=step, high=high, relative=True,
+        max_points=spec.max_runs, step=step, high=high, relative=True, near_factor=NEAR,
     )  # fmt: skip
 
 

@@ -72,10 +72,13 @@ class SearchPlan:
     high: float = 4096.0  # never above this load
     step: float = 2.0  # the factor of each bracketing step (smaller from a close first guess)
     relative: bool = False  # a concurrency's bracket is done within `tolerance` too (else one request)
+    near_factor: float = 3.0  # repeats start once the bracket is within this many tolerances
 
     def near(self, lo: float, hi: float) -> bool:
         """The bracket is narrow enough that each measurement is repeated."""
-        return hi <= lo * (1 + 3 * self.tolerance) or (self.knob is Knob.CONCURRENCY and hi - lo <= 4)
+        if self.knob is Knob.CONCURRENCY and hi - lo <= 4:
+            return True
+        return hi <= lo * (1 + self.near_factor * self.tolerance)
 
     def done(self, lo: float, hi: float) -> bool:
         if self.knob is Knob.CONCURRENCY:
