@@ -240,7 +240,9 @@ def _summary(name: str, slos: tuple[Slo, ...], results: list[PointResult]) -> di
         "search_pick_capacity": by_found.true_capacity,
         "picks_differ": by_tput.true_capacity < by_cap.true_capacity,
         "picks_differ_beyond_precision": by_tput.true_capacity < by_cap.true_capacity / 1.1,
-        "search_pick_loss": 1 - by_found.true_capacity / by_cap.true_capacity if by_cap.true_capacity else 0.0,
+        "search_pick_loss": (
+            1 - by_found.true_capacity / by_cap.true_capacity if by_cap.true_capacity else 0.0
+        ),
         "capacity_lost_by_throughput_pick": (
             1 - by_tput.true_capacity / by_cap.true_capacity if by_cap.true_capacity else 0.0
         ),

@@ -4,8 +4,8 @@
                     start: the space's `start`, else the median capacity of the study's launches so
                            far, else the study's benchmark concurrency / 1 req/s; never above what
                            the KV pool holds (KV tokens / tokens per request bound the concurrency)
-                    bracket (x2 cold, x(1 + precision)^4 from the study's capacities), bisect, repeat only near
-                    the boundary, stop within `precision` or after `max_runs` runs
+                    bracket (x2 cold, x(1 + precision)^4 from the study's capacities), bisect,
+                    repeat only near the boundary, stop within `precision` or after `max_runs` runs
 
 The server is the trial's own (no extra restart; one relaunch after a death under load, to search
 below it). Each measured load point is stored as it is measured (tuner_capacity_points), and a
