@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from search_world import generated_space  # noqa: E402
 
-from tuner.capacity.objective import capacity_spec, plan_for  # noqa: E402
+from tuner.capacity.objective import capacity_spec, little_jump, plan_for  # noqa: E402
 from tuner.capacity.run import MAX_PROMPTS  # noqa: E402
 from tuner.capacity.search import SUSTAINED, Measurement, Search  # noqa: E402
 from tuner.sim.oracle import Prediction, predict  # noqa: E402
@@ -193,7 +193,15 @@ def landscape(name: str, *, points: int, seed: int, knob: str = "request_rate") 
         plan = plan_for(spec, prior=found_so_far, bench_concurrency=work.concurrency, kv_requests=kv_requests)
         plan = replace(plan, high=min(plan.high, MAX_LOAD))
         search = Search(plan=plan)
-        while (load := search.next_load()) is not None:
+        cold = not found_so_far
+
+        def next_load(
+            search: Search = search, cold: bool = cold, kv_requests: int | None = kv_requests
+        ) -> float | None:
+            jump = little_jump(search, in_flight=in_flight, kv_requests=kv_requests) if cold else None
+            return jump if jump is not None and jump not in search.runs else search.next_load()
+
+        while (load := next_load()) is not None:
             search.record(_measure(at(load), load, rate, noise, rng))
         found = search.capacity()
         lo, hi = search.bracket()

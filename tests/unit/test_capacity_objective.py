@@ -11,7 +11,7 @@ from support.reports import make_row
 from support.stored import make_result
 
 from tuner.bench.settings import BenchSettings
-from tuner.capacity.objective import curve_points, kv_bound, plan_for, run_key
+from tuner.capacity.objective import curve_points, kv_bound, little_jump, plan_for, run_key
 from tuner.capacity.search import Knob, Measurement, Search, SearchPlan
 from tuner.errors import ConfigError
 from tuner.metrics import trial_values
@@ -132,3 +132,24 @@ def test_the_load_search_s_capacity_is_the_trial_s_metric() -> None:
     values = trial_values(result)
     assert values["capacity_request_rate"] == 4.5 and "not_a_metric" not in values
     assert trial_values(make_result())["capacity_request_rate"] is None
+
+
+def _rate_run(load: float, e2e_ms: float, ttft: float = 100.0) -> Measurement:
+    values = {"ttft_p99_ms": ttft, "e2e_p50_ms": e2e_ms, "duration_s": 10.0}
+    return Measurement(load=load, values=values, completed=int(10 * load) + 1, failed=0)
+
+
+def test_a_cold_rate_search_jumps_toward_what_the_server_can_hold() -> None:
+    search = Search(plan=plan_for(CapacitySpec(slo=SLOS), prior=[], bench_concurrency=8, kv_requests=None))
+    assert little_jump(search, in_flight=8, kv_requests=None) is None  # nothing measured yet
+    search.record(_rate_run(1.0, 50.0))  # 8 in flight at most / 0.05 s: no more than 160 req/s served
+    assert little_jump(search, in_flight=8, kv_requests=None) == 80.0
+    assert little_jump(search, in_flight=8, kv_requests=2) == 20.0  # the KV pool holds fewer
+    slow = Search(plan=search.plan)
+    slow.record(_rate_run(1.0, 400.0))  # 1 in flight / 0.4 s: 2.5 req/s at most, half is below 2
+    assert little_jump(slow, in_flight=1, kv_requests=None) is None  # no further than a doubling
+    failed = Search(plan=search.plan)
+    failed.record(_rate_run(1.0, 50.0, ttft=900.0))
+    assert little_jump(failed, in_flight=8, kv_requests=None) is None
+    search.record(_rate_run(80.0, 60.0))
+    assert little_jump(search, in_flight=8, kv_requests=None) is None  # once, from the first load

@@ -47,6 +47,8 @@ def warm_step(precision: float) -> float:
     """The bracketing factor from a close first guess: two geometric bisections of it land just
     within `precision` ((1 + p)^4, a hair under), so no bisection is spent on a last few percent."""
     return (1 + precision) ** 4 * 0.999
+
+
 KV_HEADROOM = 2.0  # a concurrency above this many times what the KV pool holds is never tried
 
 
@@ -99,6 +101,26 @@ def plan_for(
     )  # fmt: skip
 
 
+LITTLE_SHARE = 0.5  # a cold rate search's second load: this share of the rate that fills the server
+
+
+def little_jump(search: Search, *, in_flight: int | None, kv_requests: int | None) -> float | None:
+    """A cold request-rate search's second load, from its first: by Little's law the server holds
+    rate x E2E requests, so no rate above min(in-flight cap, what the KV pool holds) / E2E is
+    served; half of that, when it is more than the next doubling (None: no jump)."""
+    plan = search.plan
+    if plan.knob is not Knob.REQUEST_RATE or search.measured() != 1:
+        return None
+    ((load, runs),) = search.runs.items()
+    verdict = search.verdicts()[load]
+    e2e = [r.values.get("e2e_p50_ms") for r in runs]
+    held = [c for c in (in_flight, kv_requests) if c]
+    if not verdict.passed or not held or not e2e[0]:
+        return None
+    target = plan.clamp(LITTLE_SHARE * min(held) / (float(e2e[0]) / 1000))
+    return target if target > plan.clamp(load * plan.step) else None
+
+
 def _measurement(p: stored.StoredPoint) -> Measurement:
     return Measurement(load=p.load, values=p.values, completed=p.completed, failed=p.failed, died=p.died)
 
@@ -114,6 +136,15 @@ class _Stage(_CapacityStage):
     def __init__(self, ctx: TrialContext, search: Search, spec: CapacitySpec, sink: _Sink) -> None:
         super().__init__(ctx, search, spec.prompts, sink.point, close_at_capacity=True)
         self.sink = sink
+        self.cold = not sink.prior and spec.start is None  # nothing to start from but the launch
+        self.limits: tuple[int | None, int | None] = (None, None)  # in-flight cap, KV-pool requests
+
+    def _next(self) -> float | None:
+        if self.cold:
+            jump = little_jump(self.search, in_flight=self.limits[0], kv_requests=self.limits[1])
+            if jump is not None and jump not in self.search.runs:
+                return jump
+        return super()._next()
 
     def __call__(self, base_url: str, settings: BenchSettings, **kw: Any) -> BenchResult:
         cap = self.sink.spec.max_concurrency
@@ -124,8 +155,9 @@ class _Stage(_CapacityStage):
         kv = _kv_tokens(info)
         self.sink.kv_tokens = kv
         fresh = self.search.measured() == 0
+        conc = settings.load_points[settings.objective_point].concurrency or 64
+        self.limits = (conc, kv_bound(kv, settings))
         if fresh or kv is not None:
-            conc = settings.load_points[settings.objective_point].concurrency or 64
             plan = plan_for(self.sink.spec, prior=self.sink.prior, bench_concurrency=conc,
                             kv_requests=kv_bound(kv, settings))  # fmt: skip
             self.search.plan = plan if fresh else replace(self.search.plan, high=plan.high)
@@ -259,4 +291,4 @@ def _number(label: str) -> int | None:
     return int(digits[0]) if digits else None
 
 
-__all__ = ["CapacityExecutor", "executor_for", "capacity_spec", "curve_points", "plan_for"]
+__all__ = ["CapacityExecutor", "capacity_spec", "curve_points", "executor_for", "little_jump", "plan_for"]
