@@ -153,3 +153,23 @@ def test_a_cold_rate_search_jumps_toward_what_the_server_can_hold() -> None:
     assert little_jump(failed, in_flight=8, kv_requests=None) is None
     search.record(_rate_run(80.0, 60.0))
     assert little_jump(search, in_flight=8, kv_requests=None) is None  # once, from the first load
+
+
+def test_the_search_starts_from_this_study_s_capacities_else_from_a_warm_start(tmp_path: Path) -> None:
+    from tuner.capacity.objective import CapacityExecutor
+    from tuner.store.capacity import save
+
+    space = load_space(ROOT / "search_spaces" / "tiny-capacity-sim.yaml")
+    url = f"sqlite:///{tmp_path / 'exp.db'}"
+    spec = space.objectives[0].capacity
+    assert spec is not None
+    slos = tuple(s.name for s in spec.slo)
+    record = CapacityRecord(study="old", trial_number=0, row_id=0, config_hash="h", knob="request_rate",
+                            slos=slos, capacity=40.0, points=(), outcome="ok")  # fmt: skip
+    save(url, record)
+    save(url, replace(record, slos=("ttft_p99_ms<=1",), capacity=5.0))  # other SLOs: not this search's
+    assert CapacityExecutor(space, db_url=url, study="new")._prior() == []
+    warm = CapacityExecutor(space, db_url=url, study="new", warm=(url, "old"))
+    assert warm._prior() == [40.0]
+    save(url, replace(record, study="new", capacity=60.0))
+    assert warm._prior() == [60.0]  # the study's own launches, once it has some

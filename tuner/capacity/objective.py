@@ -178,19 +178,29 @@ class _Sink:
 class CapacityExecutor:
     """run_trial's signature: the trial launched with the load search as its benchmark stage."""
 
-    def __init__(self, space: SearchSpace, *, db_url: str, study: str, inner: Any = run_trial) -> None:
+    def __init__(
+        self, space: SearchSpace, *, db_url: str, study: str, inner: Any = run_trial,
+        warm: tuple[str, str] | None = None,
+    ) -> None:  # fmt: skip
         spec = capacity_spec(space)
         if spec is None:
             raise ValueError(f"{space.path}: no capacity objective")
         self.space, self.url, self.study, self.spec, self.inner = space, db_url, study, spec, inner
+        self.warm = warm  # (database URL, study) of a warm start: its capacities start the search too
 
     def _prior(self) -> list[float]:
+        """The capacities found so far under the same SLOs and knob: this study's, else a warm start's."""
         wanted = tuple(s.name for s in self.spec.slo)
-        return [
-            r.capacity
-            for r in load_records(self.url, self.study)
-            if r.outcome == "ok" and r.capacity and r.knob == self.spec.load and tuple(r.slos) == wanted
-        ]
+        sources = [(self.url, self.study)] + ([self.warm] if self.warm else [])
+        for url, study in sources:
+            found = [
+                r.capacity
+                for r in load_records(url, study)
+                if r.outcome == "ok" and r.capacity and r.knob == self.spec.load and tuple(r.slos) == wanted
+            ]
+            if found:
+                return found
+        return []
 
     def __call__(
         self, config: TrialConfig, ctx: TrialContext, *, label: str, prepared: Any = None
@@ -257,9 +267,11 @@ class CapacityExecutor:
         return replace(result, stage_metrics={**result.stage_metrics, self.spec.metric: value})
 
 
-def executor_for(space: SearchSpace, *, db_url: str, study: str) -> Any:
+def executor_for(space: SearchSpace, *, db_url: str, study: str, warm: tuple[str, str] | None = None) -> Any:
     """What launches the study's trials: with the load search when the space has a capacity objective."""
-    return CapacityExecutor(space, db_url=db_url, study=study) if capacity_spec(space) else run_trial
+    if capacity_spec(space) is None:
+        return run_trial
+    return CapacityExecutor(space, db_url=db_url, study=study, warm=warm)
 
 
 def curve_points(search: Search, kv_tokens: int | None, bench: BenchSettings) -> tuple[dict[str, Any], ...]:

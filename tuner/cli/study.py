@@ -155,7 +155,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             n_trials=options.trials,
             timeout_s=options.timeout,
             warm_start=warm,
-            execute=executor_for(space, db_url=url, study=study_name or space.study_name),
+            execute=executor_for(
+                space, db_url=url, study=study_name or space.study_name,
+                warm=(warm.url, warm.study) if warm is not None else None,
+            ),  # fmt: skip
         )
     )
     metric_names = [o.metric for o in space.objectives]
