@@ -173,3 +173,24 @@ def test_the_search_starts_from_this_study_s_capacities_else_from_a_warm_start(t
     assert warm._prior() == [40.0]
     save(url, replace(record, study="new", capacity=60.0))
     assert warm._prior() == [60.0]  # the study's own launches, once it has some
+
+
+def test_a_concurrency_load_point_sends_a_request_per_client_and_stays_within_the_client_s_limits() -> None:
+    from tuner.bench.settings import MAX_PROMPTS
+    from tuner.capacity.run import point_settings
+
+    bench = BenchSettings()
+    point = point_settings(bench, Knob.CONCURRENCY, 256, 16).load_points[0]
+    assert (point.concurrency, point.num_prompts) == (256, 256)
+    huge = point_settings(bench, Knob.CONCURRENCY, 10 * MAX_PROMPTS, None).load_points[0]
+    assert huge.concurrency == huge.num_prompts == MAX_PROMPTS
+    spec = CapacitySpec(slo=SLOS, load="concurrency")
+    assert plan_for(spec, prior=[], bench_concurrency=8, kv_requests=10 * MAX_PROMPTS).high == MAX_PROMPTS
+
+
+def test_a_load_the_server_died_under_is_bound_by_the_death_not_by_unmeasured_slos() -> None:
+    from tuner.capacity.search import judge_point
+
+    died = Measurement(load=56, values={}, completed=0, failed=0, died="oom")
+    verdict = judge_point(56, [died], SLOS, Knob.CONCURRENCY)
+    assert not verdict.passed and verdict.limits == ("died",)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from tuner.bench.settings import MAX_PROMPTS as MAX_POINT_REQUESTS
 from tuner.bench.settings import BenchSettings
 from tuner.bench.types import BenchResult
 from tuner.capacity.run import MAX_LAUNCHES, _CapacityStage
@@ -93,7 +94,7 @@ def plan_for(
         start, step = (float(bench_concurrency) if knob is Knob.CONCURRENCY else 1.0), 2.0
     high = 4096.0
     if knob is Knob.CONCURRENCY and kv_requests is not None:
-        high = max(2.0, KV_HEADROOM * kv_requests)
+        high = min(float(MAX_POINT_REQUESTS), max(2.0, KV_HEADROOM * kv_requests))
         start = min(start, float(kv_requests))
     return SearchPlan(
         knob=knob, start=start, slos=spec.slo, repeats=spec.repeats, tolerance=spec.precision,

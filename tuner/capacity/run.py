@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tuner.bench.settings import MAX_PROMPTS as MAX_POINT_REQUESTS
 from tuner.bench.settings import BenchSettings, LoadPoint
 from tuner.bench.types import BenchResult
 from tuner.capacity.search import Knob, Measurement, PointVerdict, Search, SearchPlan
@@ -90,9 +91,10 @@ def start_load(knob: Knob, row: StoredTrial, given: float | None) -> float:
 def point_settings(bench: BenchSettings, knob: Knob, load: float, prompts: int | None) -> BenchSettings:
     """The study's benchmark at one load point: an offered rate (at most the study's concurrency in
     flight) or a concurrency."""
-    if knob is Knob.CONCURRENCY:
-        conc = int(load)
-        point = LoadPoint(concurrency=conc, num_prompts=prompts or max(32, 5 * conc))
+    if knob is Knob.CONCURRENCY:  # at least one request per client, or the concurrency is never reached
+        conc = min(int(load), MAX_POINT_REQUESTS)
+        wanted = max(prompts, conc) if prompts else max(32, 5 * conc)
+        point = LoadPoint(concurrency=conc, num_prompts=min(MAX_POINT_REQUESTS, wanted))
     else:  # in flight at most what the study measured with, as a deployment caps it
         cap = bench.load_points[bench.objective_point].concurrency
         prompts = prompts or min(MAX_PROMPTS, max(32, math.ceil(12 * load)))

@@ -141,7 +141,10 @@ def judge_point(
     }
     curve["served_rate"] = _median([served_rate(r) for r in runs])
     missed, limits = [], []
+    deaths = sorted({r.died for r in runs if r.died})
     for s in slos:
+        if deaths and medians[s.metric] is None:
+            continue  # nothing was measured under a load the server died under: its death says it
         if s.violation(medians[s.metric]) > 0:
             missed.append(f"{s.metric}={_show(medians[s.metric])} (want {s.op} {s.bound:g})")
             limits.append(f"slo:{s.name}")
@@ -150,7 +153,6 @@ def judge_point(
         if served is not None and served < SUSTAINED * load:
             missed.append(f"served {served:,.2f} req/s of {load:g} offered")
             limits.append("served_rate")
-    deaths = sorted({r.died for r in runs if r.died})
     if deaths:
         missed.append(f"the server died under this load ({', '.join(deaths)})")
         limits.append("died")
