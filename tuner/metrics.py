@@ -221,6 +221,15 @@ _ALL = (
         doc="output_throughput / number of the trial's GPUs",
     ),
     Metric(
+        name="capacity_request_rate_per_gpu",
+        direction=_MAX,
+        unit="req/s/GPU",
+        source=Source.DERIVED,
+        doc="capacity_request_rate / number of the trial's GPUs: the SLO capacity a GPU buys",
+        label="SLO capacity per GPU",
+        fmt="{:,.2f}",
+    ),
+    Metric(
         name="output_throughput_per_user",
         direction=_MAX,
         unit="tok/s/user",
@@ -307,7 +316,9 @@ def derived_values(values: Mapping[str, float | None], n_gpus: int) -> dict[str,
     """The DERIVED metrics from a trial's other metrics and its GPU count (None where an input is)."""
     out = values.get("output_throughput")
     conc = values.get("concurrency")
+    cap = values.get("capacity_request_rate")
     return {
+        "capacity_request_rate_per_gpu": cap / n_gpus if cap is not None and n_gpus > 0 else None,
         "output_throughput_per_gpu": out / n_gpus if out is not None and n_gpus > 0 else None,
         "output_throughput_per_user": out / conc if out is not None and conc else None,
     }

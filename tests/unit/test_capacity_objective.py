@@ -51,6 +51,7 @@ def test_a_space_declares_the_capacity_with_bench_serving_names(tmp_path: Path) 
         ("objectives:\n  - capacity: {slo: [ttft_p99_ms <= 1]}\n  - capacity: {slo: [ttft_p99_ms <= 1], "
          "load: concurrency}", "one capacity objective at most"),
         ("objectives:\n  - capacity: {slo: [ttft_p99_ms <= 1], load: qps}", "load"),
+        ("objectives: [capacity_request_rate_per_gpu, kv_tokens]", "needs a capacity objective"),
     ],
 )  # fmt: skip
 def test_a_wrong_capacity_objective_is_refused_in_one_line(
@@ -194,3 +195,10 @@ def test_a_load_the_server_died_under_is_bound_by_the_death_not_by_unmeasured_sl
     died = Measurement(load=56, values={}, completed=0, failed=0, died="oom")
     verdict = judge_point(56, [died], SLOS, Knob.CONCURRENCY)
     assert not verdict.passed and verdict.limits == ("died",)
+
+
+def test_the_capacity_per_gpu_is_what_each_of_the_launch_s_gpus_buys() -> None:
+    from tuner.metrics import derived_values
+
+    assert derived_values({"capacity_request_rate": 12.0}, 4)["capacity_request_rate_per_gpu"] == 3.0
+    assert derived_values({"capacity_request_rate": None}, 4)["capacity_request_rate_per_gpu"] is None

@@ -381,6 +381,12 @@ class SpaceFile(Settings):
                     "`capacity: {slo: [ttft_p99_ms <= 2000], load: request_rate}`",
                     at=(index,),
                 )
+            rate_search = any(p.capacity and p.capacity.load == "request_rate" for p in objectives)
+            if o.metric == "capacity_request_rate_per_gpu" and not rate_search:
+                raise mistake(
+                    "capacity_request_rate_per_gpu needs a capacity objective with load: request_rate",
+                    at=(index,),
+                )
             if o.capacity is not None and any(p.capacity is not None for p in objectives[:index]):
                 raise mistake("one capacity objective at most (one load search per launch)", at=(index,))
         return objectives
