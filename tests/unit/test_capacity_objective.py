@@ -174,6 +174,9 @@ def test_the_search_starts_from_this_study_s_capacities_else_from_a_warm_start(t
     assert warm._prior() == [40.0]
     save(url, replace(record, study="new", capacity=60.0))
     assert warm._prior() == [60.0]  # the study's own launches, once it has some
+    save(url, replace(record, study="new", capacity=20.0, config_hash="mine"))
+    assert warm._prior("mine") == [20.0]  # a launch measured again (a finalist) starts from its own
+    assert sorted(warm._prior("other")) == [20.0, 60.0]
 
 
 def test_a_concurrency_load_point_sends_a_request_per_client_and_stays_within_the_client_s_limits() -> None:

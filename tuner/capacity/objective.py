@@ -189,18 +189,20 @@ class CapacityExecutor:
         self.space, self.url, self.study, self.spec, self.inner = space, db_url, study, spec, inner
         self.warm = warm  # (database URL, study) of a warm start: its capacities start the search too
 
-    def _prior(self) -> list[float]:
-        """The capacities found so far under the same SLOs and knob: this study's, else a warm start's."""
+    def _prior(self, config_hash: str | None = None) -> list[float]:
+        """The capacities found so far under the same SLOs and knob: this launch's own (a finalist's
+        repeat), else this study's, else a warm start's."""
         wanted = tuple(s.name for s in self.spec.slo)
         sources = [(self.url, self.study)] + ([self.warm] if self.warm else [])
         for url, study in sources:
             found = [
-                r.capacity
+                r
                 for r in load_records(url, study)
                 if r.outcome == "ok" and r.capacity and r.knob == self.spec.load and tuple(r.slos) == wanted
             ]
-            if found:
-                return found
+            own = [float(r.capacity) for r in found if r.capacity and r.config_hash == config_hash]
+            if own or found:
+                return own or [float(r.capacity) for r in found if r.capacity]
         return []
 
     def __call__(
@@ -216,7 +218,7 @@ class CapacityExecutor:
             run_key=run_key(label),
             search_key=search_key(self.spec),
         )
-        sink = _Sink(self.url, key, self.spec, self._prior())
+        sink = _Sink(self.url, key, self.spec, self._prior(key.config_hash))
         known = stored.load(self.url, key)
         search = Search(plan=plan_for(self.spec, prior=sink.prior, bench_concurrency=1, kv_requests=None))
         for p in known:
