@@ -18,6 +18,14 @@ precision reached (final bracket width / capacity) and the error against the tru
 whether the throughput objective (output tok/s at the space's benchmark concurrency, saturated)
 and the capacity objective pick different configurations, and how much capacity the
 throughput pick gives up.
+
+Measured (2026-12-02, `python benchmarks/capacity_objective.py --points 40`, one run, seed 0;
+8 landscapes, 33-40 launches each, request-rate search at 10% precision, repeats 2):
+  runs per launch, median per landscape 6-8 (p25-p75 6-10, min-max 6-12); precision reached
+  0.10 (0.049 on sm120-capacity); |found - true| / true median 0.8-7.6%, max 9.6-53% (short runs
+  where latency is not monotone in the rate); the objectives pick different configurations on
+  2 of 8: sm120-capacity (the throughput pick serves 11.2% less), glm5-b200 (3.2%).
+  `--load concurrency`: 6-8 runs per launch, 1 of 8 differs (gen-3: 8 vs 9 requests, 11%).
 """
 
 from __future__ import annotations
