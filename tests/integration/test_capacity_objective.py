@@ -84,3 +84,14 @@ def test_sigkill_inside_a_load_search_resumes_it_without_losing_or_repeating_poi
     assert export.returncode == 0, export.stderr
     line = next(x for x in export.stdout.splitlines() if x.startswith("# capacity under SLO:"))
     assert " req/s within ttft_p99_ms<=300, tpot_p99_ms<=40, bound by " in line, line
+
+
+@pytest.mark.timeout(300)
+def test_one_trial_of_a_capacity_space_measures_its_capacity(tmp_path: Path) -> None:
+    (tmp_path / "space.yaml").write_text(SPACE.read_text())
+    done = subprocess.run([sys.executable, "-m", "tuner", "trial", "--space", str(tmp_path / "space.yaml")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("ok ") and " capacity_request_rate=" in line, line
+    assert not (tmp_path / "experiments.db").exists()  # one trial stores nothing

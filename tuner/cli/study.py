@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -282,7 +283,19 @@ def _log_to(console: Console) -> Iterator[None]:
         root.handlers = saved
 
 
+def _single(space: Any, config: Any, ctx: Any) -> Any:
+    """One trial of a capacity objective: its load search, its points kept only for this run."""
+    import tempfile
+
+    from tuner.capacity.objective import CapacityExecutor
+
+    with tempfile.TemporaryDirectory(prefix="tuner-trial-") as folder:
+        url = f"sqlite:///{Path(folder) / 'capacity.db'}"
+        return CapacityExecutor(space, db_url=url, study=space.study_name)(config, ctx, label="single")
+
+
 def cmd_trial(args: argparse.Namespace) -> int:
+    from tuner.capacity.objective import capacity_spec
     from tuner.cli.display import result_line
     from tuner.cli.output import result_json
     from tuner.objectives import judge
@@ -298,7 +311,8 @@ def cmd_trial(args: argparse.Namespace) -> int:
     params.update(parse_set_overrides(space, args.sets))
     config = config_from_params(space, params)
     with trial_session(space, progress=not args.json) as ctx:
-        result = run_trial(config, ctx, label="single")
+        single = capacity_spec(space) is not None
+        result = _single(space, config, ctx) if single else run_trial(config, ctx, label="single")
     # The launch's keys and tokens were in memory only: what is printed has them scrubbed.
     secrets = frozenset(space.secret_values)
     if result.launch is not None:
