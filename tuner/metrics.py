@@ -194,11 +194,40 @@ _ALL = (
         read=lambda m: m.failed / (m.completed + m.failed) if m.completed + m.failed else None,
     ),
     Metric(
+        name="capacity_request_rate",
+        direction=_MAX,
+        unit="req/s",
+        source=Source.BENCH,
+        doc="SLO capacity: the highest request rate the launch served within the capacity objective's SLOs",
+        read=lambda m: None,  # measured by the load search over several runs, never by one load point
+        label="SLO capacity",
+        fmt="{:,.2f}",
+    ),
+    Metric(
+        name="capacity_concurrency",
+        direction=_MAX,
+        unit="concurrent requests",
+        source=Source.BENCH,
+        doc="SLO capacity: the highest concurrency the launch served within the capacity objective's SLOs",
+        read=lambda m: None,
+        label="SLO capacity (concurrency)",
+        fmt="{:,.0f}",
+    ),
+    Metric(
         name="output_throughput_per_gpu",
         direction=_MAX,
         unit="tok/s/GPU",
         source=Source.DERIVED,
         doc="output_throughput / number of the trial's GPUs",
+    ),
+    Metric(
+        name="capacity_request_rate_per_gpu",
+        direction=_MAX,
+        unit="req/s/GPU",
+        source=Source.DERIVED,
+        doc="capacity_request_rate / number of the trial's GPUs: the SLO capacity a GPU buys",
+        label="SLO capacity per GPU",
+        fmt="{:,.2f}",
     ),
     Metric(
         name="output_throughput_per_user",
@@ -287,7 +316,9 @@ def derived_values(values: Mapping[str, float | None], n_gpus: int) -> dict[str,
     """The DERIVED metrics from a trial's other metrics and its GPU count (None where an input is)."""
     out = values.get("output_throughput")
     conc = values.get("concurrency")
+    cap = values.get("capacity_request_rate")
     return {
+        "capacity_request_rate_per_gpu": cap / n_gpus if cap is not None and n_gpus > 0 else None,
         "output_throughput_per_gpu": out / n_gpus if out is not None and n_gpus > 0 else None,
         "output_throughput_per_user": out / conc if out is not None and conc else None,
     }
@@ -301,5 +332,6 @@ def trial_values(result: TrialResult) -> dict[str, float | None]:
         out["kv_tokens"] = float(result.server.kv_tokens)
     if result.min_free_mib:
         out["min_free_vram_mib"] = float(min(result.min_free_mib))
+    out.update({k: v for k, v in result.stage_metrics.items() if k in METRICS})  # the load search's
     out.update(derived_values(out, len(result.gpus)))
     return out

@@ -6,6 +6,7 @@ reads a result (metrics, the judge, the store, the study), so no value type depe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -34,6 +35,8 @@ class TrialResult:
     started_at: datetime
     finished_at: datetime
     timings: StageTimings = field(default_factory=StageTimings)
+    # metrics a stage measured beyond the benchmark's objective point (the capacity objective's load search)
+    stage_metrics: Mapping[str, float | None] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()  # kept but noisy: e.g. the benchmark client starved by other processes
     effective: TrialConfig | None = None  # what SGLang reports it ran, when that differs from `config`
     effective_key: str | None = None  # the launch key of `effective` (the key of what ran)

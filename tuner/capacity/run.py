@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tuner.bench.settings import MAX_PROMPTS as MAX_POINT_REQUESTS
 from tuner.bench.settings import BenchSettings, LoadPoint
 from tuner.bench.types import BenchResult
 from tuner.capacity.search import Knob, Measurement, PointVerdict, Search, SearchPlan
@@ -90,9 +91,10 @@ def start_load(knob: Knob, row: StoredTrial, given: float | None) -> float:
 def point_settings(bench: BenchSettings, knob: Knob, load: float, prompts: int | None) -> BenchSettings:
     """The study's benchmark at one load point: an offered rate (at most the study's concurrency in
     flight) or a concurrency."""
-    if knob is Knob.CONCURRENCY:
-        conc = int(load)
-        point = LoadPoint(concurrency=conc, num_prompts=prompts or max(32, 5 * conc))
+    if knob is Knob.CONCURRENCY:  # at least one request per client, or the concurrency is never reached
+        conc = min(int(load), MAX_POINT_REQUESTS)
+        wanted = max(prompts, conc) if prompts else max(32, 5 * conc)
+        point = LoadPoint(concurrency=conc, num_prompts=min(MAX_POINT_REQUESTS, wanted))
     else:  # in flight at most what the study measured with, as a deployment caps it
         cap = bench.load_points[bench.objective_point].concurrency
         prompts = prompts or min(MAX_PROMPTS, max(32, math.ceil(12 * load)))
@@ -104,18 +106,31 @@ class _CapacityStage:
     """The benchmark stage of the capacity launch: the search, over the study's benchmark client."""
 
     def __init__(
-        self, ctx: TrialContext, search: Search, prompts: int | None, on_point: OnPoint | None
-    ) -> None:
+        self, ctx: TrialContext, search: Search, prompts: int | None, on_point: OnPoint | None,
+        *, close_at_capacity: bool = False,
+    ) -> None:  # fmt: skip
         self.inner = ctx.bench
         self.search = search
         self.prompts = prompts
         self.on_point = on_point
         self.results: list[tuple[float, BenchResult]] = []
         self.died_at: float | None = None  # the load under which the server died
+        # when this launch measured nothing at the capacity (found by an earlier launch or process),
+        # one run there, so the launch's own figures are those of its capacity
+        self.close_at_capacity = close_at_capacity
+
+    def _next(self) -> float | None:
+        load = self.search.next_load()
+        if load is not None or not self.close_at_capacity:
+            return load
+        best = self.search.capacity()
+        if best is None or any(at == best for at, _ in self.results) or self.died_at is not None:
+            return None
+        return best
 
     def __call__(self, base_url: str, settings: BenchSettings, **kw: Any) -> BenchResult:
         died: threading.Event | None = kw.get("server_died")
-        while (load := self.search.next_load()) is not None and not INTERRUPTS.requested:
+        while (load := self._next()) is not None and not INTERRUPTS.requested:
             result = self.inner(
                 base_url, point_settings(settings, self.search.plan.knob, load, self.prompts), **kw
             )

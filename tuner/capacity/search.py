@@ -70,14 +70,19 @@ class SearchPlan:
     max_points: int = 16  # measurements in all
     low: float = 0.05  # never below this load
     high: float = 4096.0  # never above this load
+    step: float = 2.0  # the factor of each bracketing step (smaller from a close first guess)
+    relative: bool = False  # a concurrency's bracket is done within `tolerance` too (else one request)
+    near_factor: float = 3.0  # repeats start once the bracket is within this many tolerances
 
     def near(self, lo: float, hi: float) -> bool:
         """The bracket is narrow enough that each measurement is repeated."""
-        return hi <= lo * (1 + 3 * self.tolerance) or (self.knob is Knob.CONCURRENCY and hi - lo <= 4)
+        if self.knob is Knob.CONCURRENCY and hi - lo <= 4:
+            return True
+        return hi <= lo * (1 + self.near_factor * self.tolerance)
 
     def done(self, lo: float, hi: float) -> bool:
         if self.knob is Knob.CONCURRENCY:
-            return hi - lo <= 1
+            return hi - lo <= (max(1.0, math.floor(self.tolerance * lo)) if self.relative else 1)
         return hi <= lo * (1 + self.tolerance)
 
     def between(self, lo: float, hi: float) -> float:
@@ -136,7 +141,10 @@ def judge_point(
     }
     curve["served_rate"] = _median([served_rate(r) for r in runs])
     missed, limits = [], []
+    deaths = sorted({r.died for r in runs if r.died})
     for s in slos:
+        if deaths and medians[s.metric] is None:
+            continue  # nothing was measured under a load the server died under: its death says it
         if s.violation(medians[s.metric]) > 0:
             missed.append(f"{s.metric}={_show(medians[s.metric])} (want {s.op} {s.bound:g})")
             limits.append(f"slo:{s.name}")
@@ -145,7 +153,6 @@ def judge_point(
         if served is not None and served < SUSTAINED * load:
             missed.append(f"served {served:,.2f} req/s of {load:g} offered")
             limits.append("served_rate")
-    deaths = sorted({r.died for r in runs if r.died})
     if deaths:
         missed.append(f"the server died under this load ({', '.join(deaths)})")
         limits.append("died")
@@ -213,10 +220,10 @@ class Search:
         lo, hi = self.bracket()
         if lo is None:  # nothing passed yet: halve
             assert hi is not None
-            down = plan.clamp(hi / 2)
+            down = plan.clamp(hi / plan.step)
             return None if down >= hi else down
         if hi is None:  # nothing failed yet: double
-            up = plan.clamp(lo * 2)
+            up = plan.clamp(lo * plan.step)
             return None if up <= lo else up
         for load in (hi, lo):  # near the boundary, each side is measured `repeats` times
             runs = self.runs[load]

@@ -55,6 +55,7 @@ def result_line(result: TrialResult) -> str:
         parts.append(f"out={m.output_throughput:.1f} tok/s total={m.total_throughput:.1f} tok/s")
     if result.min_free_mib:
         parts.append(f"min_free={min(result.min_free_mib)} MiB")
+    parts += [f"{name}={value:g}" for name, value in result.stage_metrics.items() if value is not None]
     if result.failure is not None:
         parts.append(f"[{result.failure.phase.value}] {result.failure.message}")
     return one_line("  ".join(parts))  # a server's words (its log, its errors) escaped on one line

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -157,9 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         warm = WarmStart(url=database_url(options.warm_start_db or options.db), study=options.warm_start)
         warm.trials()  # an absent study or database is refused before this run writes anything
+    # opening may wait up to a minute on a database another process holds locked: a stop ends the wait
+    from tuner.capacity.objective import executor_for
     from tuner.interrupts import INTERRUPTS
 
-    # opening may wait up to a minute on a database another process holds locked: a stop ends the wait
     runner = INTERRUPTS.blocking(
         lambda: StudyRunner(
             space,
@@ -168,6 +170,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             n_trials=options.trials,
             timeout_s=options.timeout,
             warm_start=warm,
+            execute=executor_for(
+                space, db_url=url, study=study_name or space.study_name,
+                warm=(warm.url, warm.study) if warm is not None else None,
+            ),  # fmt: skip
         )
     )
     metric_names = [o.metric for o in space.objectives]
@@ -291,7 +297,19 @@ def _log_to(console: Console) -> Iterator[None]:
         root.handlers = saved
 
 
+def _single(space: Any, config: Any, ctx: Any) -> Any:
+    """One trial of a capacity objective: its load search, its points kept only for this run."""
+    import tempfile
+
+    from tuner.capacity.objective import CapacityExecutor
+
+    with tempfile.TemporaryDirectory(prefix="tuner-trial-") as folder:
+        url = f"sqlite:///{Path(folder) / 'capacity.db'}"
+        return CapacityExecutor(space, db_url=url, study=space.study_name)(config, ctx, label="single")
+
+
 def cmd_trial(args: argparse.Namespace) -> int:
+    from tuner.capacity.objective import capacity_spec
     from tuner.cli.display import result_line
     from tuner.cli.output import result_json
     from tuner.objectives import judge
@@ -307,7 +325,8 @@ def cmd_trial(args: argparse.Namespace) -> int:
     params.update(parse_set_overrides(space, args.sets))
     config = config_from_params(space, params)
     with trial_session(space, progress=not args.json) as ctx:
-        result = run_trial(config, ctx, label="single")
+        single = capacity_spec(space) is not None
+        result = _single(space, config, ctx) if single else run_trial(config, ctx, label="single")
     # The launch's keys and tokens were in memory only: what is printed has them scrubbed.
     secrets = frozenset(space.secret_values)
     if result.launch is not None:

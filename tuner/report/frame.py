@@ -34,7 +34,7 @@ from tuner.report.goodput import Goodput, goodput_bounds, goodput_of, objective_
 from tuner.report.knobs import _short_names, compact_params, param_legend
 from tuner.report.why import reason, slos_of
 from tuner.secrets import readable_space_text
-from tuner.store.capacity import CapacityRecord, latest_by_row
+from tuner.store.capacity import CapacityRecord, bind_rows, latest_by_row
 from tuner.store.capacity import load as load_capacity
 from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.rows import StoredTrial
@@ -169,7 +169,7 @@ def _load(url: str, study: str | None, preferred: str | None) -> StudyData:
         space_text=readable_space_text(text)
         if isinstance(text := loaded.user_attrs.get("space_text"), str)
         else None,
-        capacity=load_capacity(url, name),
+        capacity=bind_rows(load_capacity(url, name), rows),
     )
 
 

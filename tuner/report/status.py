@@ -30,7 +30,7 @@ from tuner.report.frame import (
 )
 from tuner.report.knobs import param_legend
 from tuner.report.pareto import pareto_front
-from tuner.store.capacity import latest_by_row
+from tuner.store.capacity import bind_rows, latest_by_row
 from tuner.store.capacity import load as load_capacity
 from tuner.store.protocol import ResultStore
 from tuner.study.asks import Ask, Fate, classify, tally, tally_lines
@@ -42,16 +42,17 @@ def study_data(store: ResultStore, study_name: str, study: optuna.Study | None) 
         return load_study_data(store.url, study_name)
     directions = tuple(d.name.lower() for d in study.directions)
     best = tuple(sorted(t.number for t in study.best_trials)) if len(directions) > 1 else None
+    rows = store.trials(study_name)
     return StudyData(
         name=study_name,
         url=store.url,
-        rows=store.trials(study_name),
+        rows=rows,
         trials=tuple(study.get_trials(deepcopy=False)),
         metric_names=tuple(study.metric_names or ()),
         directions=directions,
         best_numbers=best,
         space_text=text if isinstance(text := study.user_attrs.get("space_text"), str) else None,
-        capacity=load_capacity(store.url, study_name),
+        capacity=bind_rows(load_capacity(store.url, study_name), rows),
     )
 
 

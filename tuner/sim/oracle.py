@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -67,6 +69,10 @@ class Workload:
     gate_burst: int = 8  # concurrent gate requests (0: no gate)
     gate_prompt_tokens: int = 24
     gate_output_tokens: int = 16
+    # requests/s, Poisson arrivals (bench_serving's --request-rate; at most `concurrency` in flight);
+    # None: closed loop, every client sends its next request when its last one ends
+    request_rate: float | None = None
+    arrival_seed: int = 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,6 +89,8 @@ class Prediction:
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
     tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
     e2e_p99_ms: float | None = None
     max_batch: int = 0  # largest decode batch of the benchmark
     max_queue: int = 0  # longest waiting queue of the benchmark
@@ -155,6 +163,7 @@ def predict(scenario: Scenario, launch: Launch, workload: Workload) -> Predictio
         requests=workload.num_prompts,
         prompt=workload.input_len,
         output=workload.output_len,
+        schedule=poisson(workload.request_rate, workload.num_prompts, workload.arrival_seed),
     )
     min_free = plan.total_mib - plan.idle_used_mib - bench.peak_act_mib
     base = Prediction(outcome=Outcome.OK, kv_tokens=kv, free_mib=free, min_free_mib=min_free)
@@ -180,6 +189,8 @@ def predict(scenario: Scenario, launch: Launch, workload: Workload) -> Predictio
         ttft_p50_ms=percentile(ttft, 50),
         ttft_p99_ms=percentile(ttft, 99),
         tpot_p50_ms=percentile(tpot, 50) if tpot else None,
+        tpot_p99_ms=percentile(tpot, 99) if tpot else None,
+        e2e_p50_ms=percentile(e2e, 50),
         e2e_p99_ms=percentile(e2e, 99),
         max_batch=bench.max_batch,
         max_queue=bench.max_queue,
@@ -237,8 +248,11 @@ def _run_closed(
     requests: int,
     prompt: int,
     output: int,
+    schedule: Sequence[float] | None = None,
 ) -> tuple[list[tuple[float, float, float]], Scheduler]:
-    """`clients` closed-loop clients send `requests` requests from an idle server at t = 0.
+    """`clients` closed-loop clients send `requests` requests from an idle server at t = 0; with a
+    `schedule` (send times), request i is sent at its time or, when `clients` are in flight, as
+    soon as one ends (bench_serving's request rate under --max-concurrency).
 
     Returns (arrival, first token, finish) per request and the scheduler.
     """
@@ -259,8 +273,11 @@ def _run_closed(
         heapq.heappush(arrivals, (at, sent))
         sent += 1
 
+    def due(after: float) -> float:
+        return after if schedule is None else max(after, schedule[sent])
+
     for _ in range(min(clients, requests)):
-        send(0.0)
+        send(due(0.0))
     t = 0.0
     while True:
         while arrivals and arrivals[0][0] <= t:
@@ -285,8 +302,21 @@ def _run_closed(
                 rec[2] = t
                 del live[id(seq)]
                 if sent < requests:
-                    send(t + CLIENT_GAP_S)
+                    send(due(t + CLIENT_GAP_S))
     return [(r[0], r[1], r[2]) for r in times], sched
+
+
+def poisson(rate: float | None, n: int, seed: int) -> list[float] | None:
+    """Send times of `n` requests arriving at `rate` per second (exponential gaps, seeded); None: closed
+    loop."""
+    if rate is None:
+        return None
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -125,10 +125,12 @@ def _known_metric(metric: object) -> None:
 
 
 class Objective(Settings):
-    """One value the study optimises; in a space file a metric name, or a mapping with its direction."""
+    """One value the study optimises; in a space file a metric name, a mapping with its direction, or
+    `capacity: {slo: [...], load: ...}` (the SLO capacity of each launch, see CapacitySpec)."""
 
     metric: str
     direction: str  # "maximize" | "minimize"; in a space file optional: the metric's own (no other)
+    capacity: CapacitySpec | None = None  # the load search that measures a capacity metric
 
     @model_validator(mode="before")
     @classmethod
@@ -137,6 +139,14 @@ class Objective(Settings):
             data = {"metric": data}
         if not isinstance(data, dict):
             return data
+        if "capacity" in data and "metric" not in data:
+            spec = data["capacity"]
+            load = spec.get("load", "request_rate") if isinstance(spec, dict) else "request_rate"
+            if load not in CAPACITY_METRICS:
+                raise mistake(
+                    f"expected {' or '.join(CAPACITY_METRICS)} (got {show(load)})", at=("capacity", "load")
+                )
+            data = {**data, "metric": CAPACITY_METRICS[load]}
         metric = data.get("metric")
         _known_metric(metric)
         if not isinstance(metric, str):
@@ -189,6 +199,37 @@ class Slo(Settings):
             raise mistake(f'expected "METRIC <= NUMBER" or "METRIC >= NUMBER" (got {show(data)})')
         _known_metric(match.group(1))
         return {"metric": canonical(match.group(1)), "op": match.group(2), "bound": float(match.group(3))}
+
+
+LoadKnob = Literal["request_rate", "concurrency"]
+CAPACITY_METRICS = {"request_rate": "capacity_request_rate", "concurrency": "capacity_concurrency"}
+
+
+class CapacitySpec(Settings):
+    """The SLO capacity objective: the highest load (bench_serving's request_rate or max_concurrency)
+    a launch serves within `slo`, found inside each trial's launch by a bracket-and-bisect load search
+    that stops when the bracket is within `precision` (relative; one request for a concurrency)."""
+
+    slo: Annotated[tuple[Slo, ...], non_empty("SLO")] = Field(strict=False)
+    load: LoadKnob = "request_rate"
+    precision: float = Field(default=0.1, gt=0.0, le=1.0)
+    repeats: int = Field(default=2, ge=1, le=10)  # runs of each load near the boundary
+    max_runs: int = Field(default=12, ge=2, le=64)  # benchmark runs per launch at most
+    start: float | None = Field(default=None, gt=0)  # None: the study's capacities so far, the KV pool
+    prompts: int | None = Field(default=None, ge=1)  # requests per load point; None: by the load
+    # request_rate: requests in flight at most (the client's cap); None: the benchmark load point's
+    max_concurrency: int | None = Field(default=None, ge=1, le=4096)
+
+    @property
+    def metric(self) -> str:
+        return CAPACITY_METRICS[self.load]
+
+    def line(self) -> str:
+        """`ttft_p99_ms<=2000, tpot_p99_ms<=50`: the SLOs as the export and status write them."""
+        return ", ".join(s.name for s in self.slo)
+
+
+Objective.model_rebuild()
 
 
 class Budget(Settings):
@@ -373,6 +414,20 @@ class SpaceFile(Settings):
         for index, o in enumerate(objectives):
             if any(p.metric == o.metric for p in objectives[:index]):
                 raise mistake(f"duplicate objective {o.metric}", at=(index,))
+            if o.metric in CAPACITY_METRICS.values() and o.capacity is None:
+                raise mistake(
+                    f"{o.metric} is measured by a load search; expected "
+                    "`capacity: {slo: [ttft_p99_ms <= 2000], load: request_rate}`",
+                    at=(index,),
+                )
+            rate_search = any(p.capacity and p.capacity.load == "request_rate" for p in objectives)
+            if o.metric == "capacity_request_rate_per_gpu" and not rate_search:
+                raise mistake(
+                    "capacity_request_rate_per_gpu needs a capacity objective with load: request_rate",
+                    at=(index,),
+                )
+            if o.capacity is not None and any(p.capacity is not None for p in objectives[:index]):
+                raise mistake("one capacity objective at most (one load search per launch)", at=(index,))
         return objectives
 
     @model_validator(mode="after")

@@ -7,7 +7,8 @@ read by `status`, the report and the export, which find no capacity where the ta
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -88,7 +89,7 @@ class CapacityRecord:
                 f"{who}: not measured ({self.outcome}: {self.message or ''}) within {', '.join(self.slos)} "
                 f"({len(self.points)} loads measured, {runs} runs)"
             )
-        bound = "" if all(p.get("passed") for p in self.points) else f"; bound by {self.bound()}"
+        bound = "" if all(p.get("passed") for p in self.points) else f", bound by {self.bound()}"
         return (
             f"{who}: {found} within {', '.join(self.slos)}{bound} "
             f"({len(self.points)} loads measured, {runs} runs)"
@@ -96,6 +97,7 @@ class CapacityRecord:
 
 
 _LIMIT_WORDS = {
+    "kv_pool": "the KV pool (the requests in flight held more tokens than it has)",
     "served_rate": "the served-rate rule (under 90% of the offered rate served)",
     "failed_requests": "failed requests",
     "died": "the server dying under load",
@@ -194,3 +196,17 @@ def latest_by_row(records: tuple[CapacityRecord, ...]) -> dict[int, CapacityReco
         if kept is None or r.outcome == "ok" or kept.outcome != "ok":
             out[r.row_id] = r
     return out
+
+
+def bind_rows(records: tuple[CapacityRecord, ...], rows: Sequence[Any]) -> tuple[CapacityRecord, ...]:
+    """A capacity objective's records (row_id 0: measured inside the trial, before its row existed) bound
+    to the first row of their launch (same config hash); `tuner capacity`'s records are left as they are."""
+    first: dict[str, Any] = {}
+    for row in rows:
+        if getattr(row, "confirm_of", None) is None:
+            first.setdefault(row.config_hash, row)
+    out = []
+    for r in records:
+        row = first.get(r.config_hash) if r.row_id == 0 else None
+        out.append(r if row is None else replace(r, row_id=row.id, trial_number=row.trial_number))
+    return tuple(out)

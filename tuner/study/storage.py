@@ -93,6 +93,9 @@ def make_sampler(
         )
 
 
+OBJECTIVE_SPEC = "objective_spec"  # study attribute: the objectives as the space declared them
+
+
 def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> optuna.Study:
     """Create or resume the space's study (directions and metric names from its objectives)."""
     name = study_name or space.study_name
@@ -121,6 +124,9 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
             f"bump `version:` in {space.path} to start a new study"
         )
     remember_space(study, space)
+    if OBJECTIVE_SPEC not in study.user_attrs:  # which objective the study used (a capacity's SLOs, load)
+        declared = [o.model_dump(mode="json", exclude_none=True) for o in space.objectives]
+        study.set_user_attr(OBJECTIVE_SPEC, declared)
     if not study.metric_names:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
