@@ -170,6 +170,7 @@ class ServerFacts:
     sparse_backends: tuple[str, str] | None = None
     weights_gb: float | None = None
     server_version: str | None = None
+    max_running_requests: int | None = None  # the most requests its scheduler runs at once
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

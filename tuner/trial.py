@@ -251,6 +251,7 @@ class _TrialRun:
                 facts.base_url,
                 space.gate,
                 captured_bs=facts.captured_bs,
+                max_running=facts.max_running_requests,
                 nan_log_lines=lambda: logs.nan_lines(server.lines_since(cursor)),
                 log_lines=lambda: server.lines_since(cursor),
                 server_died=server.died,

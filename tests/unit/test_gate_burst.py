@@ -120,3 +120,40 @@ def test_client_overlap_and_the_target() -> None:
     assert client_overlap([]) == 0 and required(8) == 6 and required(1) == 1
     assert BurstLoad(target=8, client=8, server=None).reached_target
     assert not BurstLoad(target=8, client=8, server=3).reached_target
+
+
+class Capped(Generate):
+    """A server whose scheduler runs at most `cap` requests at once (--max-running-requests)."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.slots = asyncio.Semaphore(cap)
+
+    async def _answer(self, body: dict[str, Any]) -> httpx.Response:
+        async with self.slots:
+            return await super()._answer(body)
+
+
+def test_a_burst_larger_than_the_server_s_running_cap_is_judged_against_the_cap() -> None:
+    """A launch with --max-running-requests 4 and graphs to 16: no client can make it run 12 at once."""
+    result = gate(Capped(4), captured_bs=(1, 2, 4, 8, 16), max_running=4)
+    assert result.passed and result.burst_size == 16
+    assert result.load is not None and result.load.target == 4 and result.load.server == 4
+    assert result.load.tries == 1
+    unknown = gate(Capped(4), captured_bs=(1, 2, 4, 8, 16))  # the cap not known: the burst's own target
+    assert unknown.verdict is GateVerdict.INCONCLUSIVE and unknown.load.target == 16
+
+
+def test_the_running_cap_is_read_from_server_info_of_real_sglang() -> None:
+    """0.5.17: the argument is null when not set; the scheduler reports what it resolved."""
+    from tuner.sglang.server import max_running
+
+    real = {
+        "max_running_requests": None,
+        "internal_states": [{"effective_max_running_requests_per_dp": 4096}],
+    }
+    assert max_running(real) == 4096
+    assert max_running({**real, "dp_size": 2}) == 8192
+    assert max_running({"max_running_requests": 48}) == 48
+    assert max_running({"max_running_requests": None}) is None
+    assert max_running({"internal_states": [{"effective_max_running_requests_per_dp": 10**18}]}) is None

@@ -89,6 +89,7 @@ def gate(
     stop: Callable[[], bool] | None = None,
     auth: ServerAuth | None = None,
     log_lines: Callable[[], Sequence[str]] | None = None,
+    max_running: int | None = None,
 ) -> GateResult:
     """Run the gate from synchronous code (a fresh event loop; not from inside a running one)."""
     return asyncio.run(
@@ -104,6 +105,7 @@ def gate(
             stop=stop,
             auth=auth,
             log_lines=log_lines,
+            max_running=max_running,
         )
     )
 
@@ -121,6 +123,7 @@ async def run_gate(
     stop: Callable[[], bool] | None = None,
     auth: ServerAuth | None = None,
     log_lines: Callable[[], Sequence[str]] | None = None,
+    max_running: int | None = None,
 ) -> GateResult:
     """Ask every prompt sequentially, then as a burst, and judge the answers; then the reference check.
 
@@ -130,6 +133,8 @@ async def run_gate(
     `stop` returns True once the run should end (a stop request): the requests in flight are
     cancelled and the caller acts on it. `log_lines` returns the server's log lines since the gate
     began: the scheduler's batch lines say how many requests it really ran at once during the burst.
+    `max_running` is the most requests the server runs at once (its max_running_requests): a burst
+    larger than that is judged against it, since no client can make the server batch more.
     """
     validate_settings(settings)
     if not settings.enabled:
@@ -143,6 +148,7 @@ async def run_gate(
     run = _Run(settings=settings, burst_size=choose_burst_size(settings, captured_bs), model=model)
     run.book = reference
     run.log_lines = log_lines
+    run.max_running = max_running
     nan_lines: Callable[[], Sequence[str]] = nan_log_lines or tuple
     timeout = httpx.Timeout(settings.timeout_s, connect=min(CONNECT_TIMEOUT_S, settings.timeout_s))
     limits = httpx.Limits(max_connections=run.burst_size, max_keepalive_connections=run.burst_size)
@@ -238,6 +244,7 @@ class _Run:
         self.log_lines: Callable[[], Sequence[str]] | None = None
         self.spans: list[tuple[float, float]] = []  # (sent, answered) of the current burst's requests
         self.load: BurstLoad | None = None
+        self.max_running: int | None = None
 
     async def rounds(self, client: httpx.AsyncClient, nan_lines: Callable[[], Sequence[str]]) -> str | None:
         """Sequential prompts, the reference, then the burst; a reason when the gate could not start."""
@@ -283,9 +290,9 @@ class _Run:
             else:
                 await self._reference_burst(client)
             server = running_requests(self.log_lines()[before:]) if self.log_lines is not None else None
-            self.load = BurstLoad(
-                target=self.burst_size, client=client_overlap(self.spans), server=server, tries=attempt
-            )
+            target = min(self.burst_size, self.max_running or self.burst_size)
+            overlap = client_overlap(self.spans)
+            self.load = BurstLoad(target=target, client=overlap, server=server, tries=attempt)
             failed = self.reference is not None and not self.reference.passed
             if self.load.reached_target or failed or not self._passing(nan_lines):
                 return

@@ -239,6 +239,7 @@ class ServerProcess:
             sparse_backends=state.backends,
             weights_gb=state.weights_gb,
             server_version=_version_text((info or {}).get("version")),
+            max_running_requests=max_running(info or {}),
         )
 
     def _server_info(self, client: SyncClient) -> dict[str, Any] | None:
@@ -424,6 +425,25 @@ def _int_list(value: object) -> tuple[int, ...] | None:
 
 MAX_GRAPH_BS = 16_384  # SGLang's largest default capture is 1,024 (0.5.23); a batch size beyond is not real
 MAX_GRAPH_SIZES = 4_096
+
+
+def max_running(info: dict[str, Any]) -> int | None:
+    """The most requests the server's schedulers run at once, from /server_info: the scheduler's
+    `effective_max_running_requests_per_dp` (0.5.x `internal_states`) times the DP size, else the
+    `max_running_requests` argument when it was set; None when neither is said (or absurd)."""
+    states = info.get("internal_states")
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    per_dp = first.get("effective_max_running_requests_per_dp")
+    dp = info.get("dp_size")
+    if _plausible_slots(per_dp):
+        assert isinstance(per_dp, int)
+        return per_dp * (dp if _plausible_slots(dp) and isinstance(dp, int) else 1)
+    asked = info.get("max_running_requests")
+    return asked if _plausible_slots(asked) and isinstance(asked, int) else None
+
+
+def _plausible_slots(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10**7
 
 
 def _plausible_bs(value: object) -> bool:
