@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from tuner.errors import ConfigError
+from tuner.knobs.protocol import Options
 from tuner.sglang.options import OptionSpec, OptionTable, builtin_table, known_versions
 from tuner.sglang.structured import CUDA_GRAPH, SPARSE_BACKENDS, knob_owning
 
@@ -40,6 +41,26 @@ class FlagContext:
                 "is auto; the installed parser decides at run time, or pin sglang_version)"
             )
         return f"SGLang {self.checked_version}"
+
+
+@dataclass(frozen=True, slots=True)
+class _ReleaseOptions:
+    ctx: FlagContext
+
+    @property
+    def note(self) -> str:
+        return self.ctx.note
+
+    def choices(self, dest: str) -> tuple[str, ...] | None:
+        specs = [s for s in self.ctx.table.by_dest(dest) if s.kind != "removed"]
+        if not specs:
+            return None
+        return tuple(c for s in specs for c in (s.choices or ()))
+
+
+def knob_options(ctx: FlagContext) -> Options:
+    """The release's options as a knob object reads them (tuner.knobs.protocol.Options)."""
+    return _ReleaseOptions(ctx)
 
 
 def flag_context(version: str) -> FlagContext:

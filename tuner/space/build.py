@@ -9,12 +9,14 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from tuner.knobs.registry import knob_kinds, knob_of
 from tuner.secrets import is_secret_flag, is_secret_name, redact_shapes
 from tuner.sglang.knobs import (
     FlagContext,
     check_scalar,
     find_flag,
     is_switch,
+    knob_options,
     owner_of,
     sparse_backend_choices,
     takes_list,
@@ -47,6 +49,9 @@ _KIND_KEYS = {
 # A structured knob's kind -> its default param name and Target (tuner.sglang.structured).
 _DEFAULT_NAMES = {ParamKind(k.kind): k.name for k in STRUCTURED}
 _TARGETS = {ParamKind(k.kind): Target(k.name) for k in STRUCTURED}
+# A knob object's shape -> the param kind that samples it (tuner.knobs.protocol).
+_SHAPES = {"pair": ParamKind.BACKEND_PAIR}
+_KNOB_KEYS = ("name", "kind", "choices", "when")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,14 +78,20 @@ def parse_params(src: Source, nodes: list[Node], ctx: FlagContext) -> tuple[Para
     for index, node in enumerate(nodes):
         where = f"params[{index}]"
         kind_sec = Section(src, node, where, None)
-        kind_text = kind_sec.get_choice("kind", [k.value for k in ParamKind])
-        kind = ParamKind(kind_text)
-        sec = Section(src, node, where, _KIND_KEYS[kind])
-        param = _parse_param(sec, kind, params, ctx)
+        kind_text = kind_sec.get_choice("kind", [*(k.value for k in ParamKind), *knob_kinds()])
+        knob = knob_of(kind_text) if kind_text in knob_kinds() else None
+        kind = _SHAPES[knob.shape] if knob is not None else ParamKind(kind_text)
+        sec = Section(src, node, where, _KNOB_KEYS if knob is not None else _KIND_KEYS[kind])
+        param = _parse_param(sec, kind, params, ctx, knob=kind_text if knob is not None else None)
         if any(p.name == param.name for p in params):
             first = next(p for p in params if p.name == param.name)
             raise sec.error("name", f"duplicate param name {param.name!r} (first defined at {first.source})")
         target_key = param.flag if param.target is Target.FLAG else param.target.value
+        if param.knob is not None:
+            target_key = param.knob
+            clash = next((targets[d] for d in sorted(knob_of(param.knob).owned) if d in targets), None)
+            if clash is not None:
+                raise sec.error("kind", f"{param.name} sets the same SGLang setting as param {clash!r}")
         if param.target is Target.FLAG:
             spec = find_flag(ctx, param.flag or "")
             target_key = spec.dest if spec else target_key
@@ -89,13 +100,18 @@ def parse_params(src: Source, nodes: list[Node], ctx: FlagContext) -> tuple[Para
                 "name", f"{param.name} sets the same SGLang setting as param {targets[target_key]!r}"
             )
         targets[target_key or ""] = param.name
+        for dest in knob_of(param.knob).owned if param.knob is not None else ():
+            targets[dest] = param.name
         params.append(param)
     return tuple(params)
 
 
-def _parse_param(sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagContext) -> Param:
+def _parse_param(
+    sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagContext, *, knob: str | None = None
+) -> Param:
     flag = sec.get_str("flag", None, pattern=r"[a-z0-9][a-z0-9-]*", what="a flag name without dashes")
-    name = sec.get_str("name", flag or _DEFAULT_NAMES.get(kind), pattern=PARAM_NAME, what="a param name")
+    default = knob_of(knob).name if knob is not None else flag or _DEFAULT_NAMES.get(kind)
+    name = sec.get_str("name", default, pattern=PARAM_NAME, what="a param name")
     if name is None:
         raise sec.error("name", "required key is missing (or give flag:)")
     if name in RESERVED_NAMES:
@@ -107,7 +123,7 @@ def _parse_param(sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagC
             f"{flag or name} takes a credential, which is never searched (it would be stored and shown "
             "with every trial); set it in fixed: or env: from ${VAR}",
         )
-    target = _TARGETS.get(kind, Target.FLAG)
+    target = Target.KNOB if knob is not None else _TARGETS.get(kind, Target.FLAG)
     if target is Target.FLAG:
         flag = flag or name
         if flag == "mem-fraction-static":
@@ -133,7 +149,7 @@ def _parse_param(sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagC
             name=name, kind=kind, target=target, flag=flag, choices=(False, True), when=when, source=source
         )
     else:
-        param = Param(name=name, kind=kind, target=target, flag=flag, when=when, source=source)
+        param = Param(name=name, kind=kind, target=target, flag=flag, when=when, source=source, knob=knob)
         param = _with_choices(sec, param)
     _check_target(sec, param, ctx)
     return param
@@ -197,6 +213,12 @@ def _check_target(sec: Section, param: Param, ctx: FlagContext) -> None:
         _check_mem_fraction(sec, param)
     elif param.target is Target.BACKEND_PAIR:
         _check_backends(sec, param, ctx)
+    elif param.target is Target.KNOB and param.knob is not None:
+        knob, options = knob_of(param.knob), knob_options(ctx)
+        for node, code in zip(sec.seq("choices"), param.choices, strict=True):
+            problem = knob.check(str(code), options)
+            if problem:
+                raise sec.src.error(node, f"{param.name}.choices", problem)
     elif param.target is Target.FLAG:
         _check_flag_param(sec, param, ctx)
 

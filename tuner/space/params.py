@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from tuner.config import CudaGraph
+from tuner.knobs.registry import knob_of
 from tuner.names import control_problem
 from tuner.sglang.structured import CUDA_GRAPH
 
@@ -39,6 +40,7 @@ class Target(str, Enum):
     MEM_FRACTION = "mem_fraction_static"
     CUDA_GRAPH = "cuda_graph"
     BACKEND_PAIR = "sparse_backends"
+    KNOB = "knob"  # a knob object of tuner.knobs (Param.knob names its kind)
     FLAG = "flag"
 
 
@@ -70,6 +72,7 @@ class Param:
     choices: tuple[Any, ...] = ()  # encoded values for discrete kinds
     when: tuple[Condition, ...] = ()
     source: str = ""  # "file:line" of the definition
+    knob: str | None = None  # for Target.KNOB: the knob's kind (tuner.knobs)
 
     @property
     def is_discrete(self) -> bool:
@@ -247,6 +250,8 @@ def encode_value(param: Param, raw: Any) -> Any:
     """A raw YAML value for `param` in the form the sampler stores; ValueError with what was expected."""
     if isinstance(raw, str) and control_problem(raw):
         raise ValueError("printable text (no control characters: it becomes part of a launch command)")
+    if param.knob is not None:
+        return knob_of(param.knob).encode(raw)
     if param.kind is ParamKind.CUDA_GRAPH:
         return encode_cuda_graph(raw)
     if param.kind is ParamKind.BACKEND_PAIR:
@@ -273,6 +278,8 @@ def parse_text(param: Param, text: str) -> Any:
     stripped = text.strip()
     if control_problem(stripped):
         raise ValueError("printable text (no control characters: it becomes part of a launch command)")
+    if param.knob is not None:
+        return knob_of(param.knob).encode(stripped)
     if param.kind is ParamKind.CUDA_GRAPH:
         return encode_cuda_graph(stripped)
     if param.kind is ParamKind.BACKEND_PAIR:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner.config import CudaGraph, FlagValue, TrialConfig
 from tuner.errors import ConfigError
+from tuner.knobs.registry import knob_of
 from tuner.settings import show
 from tuner.space.build import Forbidden, forbidden_match
 from tuner.space.params import (
@@ -190,6 +191,8 @@ def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
             graph = decode_cuda_graph(value)
         elif p.target is Target.BACKEND_PAIR:
             prefill, decode = split_backend_pair(value)
+        elif p.target is Target.KNOB and p.knob is not None:
+            flags.extend(knob_of(p.knob).flags(str(value)))
         elif value is not None:
             flags.append((p.flag or p.name, value))
     return TrialConfig(
