@@ -78,7 +78,8 @@ class PerfSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BackendRule:
-    """How one sparse-attention backend behaves on this GPU, and how fast it is."""
+    """How one attention backend (sparse, or dense for a model without sparse attention) behaves on
+    this GPU, and how fast it is."""
 
     behaviour: str = "ok"
     kv_dtype: str | None = None  # the KV dtype `auto` resolves to with this backend
@@ -88,6 +89,8 @@ class BackendRule:
     nan_min_batch: int | None = None  # NaN in decode steps of at least this batch (None: never)
     nan_graph_only: bool = False  # ... and only in steps replayed from a captured CUDA graph
     behaviour_kv_dtypes: tuple[str, ...] | None = None  # nan/garbage only with these KV dtypes; ok otherwise
+    sm_majors: tuple[int, ...] | None = None  # GPU architectures it runs on (None: all); else unsupported
+    arch_error: str = ""  # the exception line SGLang raises on another architecture
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,6 +167,8 @@ def parse_backend(rule: Any, where: str, key: str) -> BackendRule:
     behaviour = values.get("behaviour", "ok")
     if values.get("behaviour_kv_dtypes") is not None:
         values["behaviour_kv_dtypes"] = _kv_dtype_list(values["behaviour_kv_dtypes"], behaviour, where, key)
+    if values.get("sm_majors") is not None:
+        values["sm_majors"] = _sm_majors(values["sm_majors"], where, key)
     if behaviour == "nan_batched":
         values.setdefault("nan_min_batch", 2)
     elif behaviour == "nan":
@@ -181,6 +186,16 @@ def _kv_dtype_list(raw: Any, behaviour: str, where: str, key: str) -> tuple[str,
                    behaviour)
     if not isinstance(raw, list) or not raw or any(not isinstance(v, str) or v not in KV_DTYPES for v in raw):
         raise fail(where, f"{key}.behaviour_kv_dtypes", "a non-empty list of " + ", ".join(KV_DTYPES), raw)
+    return tuple(raw)
+
+
+def _sm_majors(raw: Any, where: str, key: str) -> tuple[int, ...]:
+    """`sm_majors`: the GPU architectures (compute-capability majors) a backend runs on."""
+    bad = [v for v in raw if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 99] if isinstance(
+        raw, list
+    ) else [raw]
+    if bad or not raw:
+        raise fail(where, f"{key}.sm_majors", "a non-empty list of SM majors like [9, 10]", raw)
     return tuple(raw)
 
 
@@ -246,6 +261,8 @@ BACKEND_FIELDS = {
     "nan_min_batch": Field(kind="int", low=1, optional=True, default=None),
     "nan_graph_only": Field(kind="bool", default=False),
     "behaviour_kv_dtypes": Field(kind="any", optional=True, default=None),  # checked by _kv_dtype_list
+    "sm_majors": Field(kind="any", optional=True, default=None),  # checked by _sm_majors
+    "arch_error": Field(kind="str", default=""),
 }
 
 
