@@ -15,9 +15,9 @@ that names it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from tuner.config import FlagValue
+from tuner.config import FlagValue, TrialConfig
 from tuner.knobs.protocol import Options, Shape
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -64,11 +64,14 @@ class AttentionBackends:
                 )
         return None
 
-    def flags(self, value: str) -> tuple[tuple[str, FlagValue], ...]:
+    def apply(self, value: str, config: TrialConfig) -> TrialConfig:
         prefill, decode = value.split("/")
-        if prefill == decode:
-            return (("attention-backend", prefill),)
-        return (("prefill-attention-backend", prefill), ("decode-attention-backend", decode))
+        flags: tuple[tuple[str, FlagValue], ...] = (
+            (("attention-backend", prefill),)
+            if prefill == decode
+            else (("prefill-attention-backend", prefill), ("decode-attention-backend", decode))
+        )
+        return replace(config, flags=(*config.flags, *flags))
 
     def show(self, value: str) -> str:
         prefill, decode = value.split("/")

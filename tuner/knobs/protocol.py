@@ -2,9 +2,10 @@
 
 A knob's value is one encoded string (what the sampler stores and a study's params hold). The
 knob says how to read it from YAML or the command line (`encode`), whether a release accepts it
-(`check`, over that release's option choices), which launch flags it becomes (`flags`: they join
-the configuration's flags, so the renderer spells them for the release, the failure rules read
-them and the store keeps them with no field of their own) and how to show it (`show`). Its
+(`check`, over that release's option choices), what it sets in a TrialConfig (`apply`: its own
+fields, or launch flags that join the configuration's flags, so that the renderer spells them
+for the release, the failure rules read them and the store keeps them with no field of their
+own) and how to show it (`show`). Its
 `shape` says how it is searched and featured:
 
     pair   "prefill/decode": sampled as the prefill member, then a decode member the space pairs
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
-from tuner.config import FlagValue
+from tuner.config import TrialConfig
 
 Shape = Literal["pair"]
 
@@ -63,8 +64,9 @@ class Knob(Protocol):
         """Why the release cannot launch the encoded `value`, or None."""
         ...
 
-    def flags(self, value: str) -> tuple[tuple[str, FlagValue], ...]:
-        """The launch flags of the encoded `value` (names without dashes, as TrialConfig.flags)."""
+    def apply(self, value: str, config: TrialConfig) -> TrialConfig:
+        """`config` with the encoded `value` set: in the knob's own TrialConfig fields, or as launch
+        flags appended to `config.flags` (names without dashes)."""
         ...
 
     def show(self, value: str) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.config import CudaGraph
+from tuner.knobs.sparse_backends import DESTS as _BACKEND_DESTS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,10 +60,6 @@ _GRAPH_DESTS = {
     "max_bs": ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"),
     "bs": ("cuda_graph_bs_decode", "cuda_graph_bs"),
     "off": ("disable_cuda_graph", "disable_decode_cuda_graph"),
-}
-_BACKEND_DESTS = {
-    "prefill": ("dsa_prefill_backend", "nsa_prefill_backend", "nsa_prefill"),
-    "decode": ("dsa_decode_backend", "nsa_decode_backend", "nsa_decode"),
 }
 
 CUDA_GRAPH = StructuredKnob(

@@ -18,7 +18,6 @@ from tuner.sglang.knobs import (
     is_switch,
     knob_options,
     owner_of,
-    sparse_backend_choices,
     takes_list,
     unknown_flag_message,
 )
@@ -49,6 +48,7 @@ _KIND_KEYS = {
 # A structured knob's kind -> its default param name and Target (tuner.sglang.structured).
 _DEFAULT_NAMES = {ParamKind(k.kind): k.name for k in STRUCTURED}
 _TARGETS = {ParamKind(k.kind): Target(k.name) for k in STRUCTURED}
+_KNOB_TARGETS = {k.kind: Target(k.name) for k in STRUCTURED}  # knob objects with TrialConfig fields
 # A knob object's shape -> the param kind that samples it (tuner.knobs.protocol).
 _SHAPES = {"pair": ParamKind.BACKEND_PAIR}
 _KNOB_KEYS = ("name", "kind", "choices", "when")
@@ -78,7 +78,8 @@ def parse_params(src: Source, nodes: list[Node], ctx: FlagContext) -> tuple[Para
     for index, node in enumerate(nodes):
         where = f"params[{index}]"
         kind_sec = Section(src, node, where, None)
-        kind_text = kind_sec.get_choice("kind", [*(k.value for k in ParamKind), *knob_kinds()])
+        kinds = dict.fromkeys([*(k.value for k in ParamKind), *knob_kinds()])
+        kind_text = kind_sec.get_choice("kind", list(kinds))
         knob = knob_of(kind_text) if kind_text in knob_kinds() else None
         kind = _SHAPES[knob.shape] if knob is not None else ParamKind(kind_text)
         sec = Section(src, node, where, _KNOB_KEYS if knob is not None else _KIND_KEYS[kind])
@@ -123,7 +124,7 @@ def _parse_param(
             f"{flag or name} takes a credential, which is never searched (it would be stored and shown "
             "with every trial); set it in fixed: or env: from ${VAR}",
         )
-    target = Target.KNOB if knob is not None else _TARGETS.get(kind, Target.FLAG)
+    target = _KNOB_TARGETS.get(knob, Target.KNOB) if knob is not None else _TARGETS.get(kind, Target.FLAG)
     if target is Target.FLAG:
         flag = flag or name
         if flag == "mem-fraction-static":
@@ -211,9 +212,7 @@ def _fields(param: Param) -> dict[str, Any]:
 def _check_target(sec: Section, param: Param, ctx: FlagContext) -> None:
     if param.target is Target.MEM_FRACTION:
         _check_mem_fraction(sec, param)
-    elif param.target is Target.BACKEND_PAIR:
-        _check_backends(sec, param, ctx)
-    elif param.target is Target.KNOB and param.knob is not None:
+    elif param.knob is not None:
         knob, options = knob_of(param.knob), knob_options(ctx)
         for node, code in zip(sec.seq("choices"), param.choices, strict=True):
             problem = knob.check(str(code), options)
@@ -237,22 +236,6 @@ def _check_mem_fraction(sec: Section, param: Param) -> None:
         raise sec.error(
             "kind", f"mem-fraction-static needs kind float or categorical (got {param.kind.value})"
         )
-
-
-def _check_backends(sec: Section, param: Param, ctx: FlagContext) -> None:
-    valid = sparse_backend_choices(ctx)
-    if valid is None:
-        raise sec.error("kind", f"{ctx.note} has no --nsa-/--dsa-*-backend flags for a backend_pair")
-    for node, code in zip(sec.seq("choices"), param.choices, strict=True):
-        prefill, decode = code.split("/")
-        for side, backend, allowed in (("prefill", prefill, valid[0]), ("decode", decode, valid[1])):
-            if backend not in allowed:
-                raise sec.src.error(
-                    node,
-                    f"{param.name}.choices",
-                    f"{side} backend {backend!r} is not valid for {ctx.note}; "
-                    f"expected one of {', '.join(allowed)}",
-                )
 
 
 def _check_flag_param(sec: Section, param: Param, ctx: FlagContext) -> None:

@@ -226,16 +226,7 @@ def decode_cuda_graph(code: str) -> CudaGraph:
     raise ValueError(f"not an encoded CUDA-graph choice: {code!r}")
 
 
-# --- backend pairs -------------------------------------------------------------------------------
-
-
-def encode_backend_pair(raw: Any) -> str:
-    """ "prefill/decode" from the same string (spaces ignored); ValueError otherwise."""
-    if isinstance(raw, str):
-        parts = [p.strip() for p in raw.split("/")]
-        if len(parts) == 2 and all(re.fullmatch(r"[A-Za-z0-9_.-]+", p) for p in parts):
-            return f"{parts[0]}/{parts[1]}"
-    raise ValueError('a "prefill/decode" backend pair such as trtllm/trtllm')
+# --- backend pairs (read by their knob objects: tuner.knobs) ----------------------------------------
 
 
 def split_backend_pair(code: str) -> tuple[str, str]:
@@ -254,8 +245,6 @@ def encode_value(param: Param, raw: Any) -> Any:
         return knob_of(param.knob).encode(raw)
     if param.kind is ParamKind.CUDA_GRAPH:
         return encode_cuda_graph(raw)
-    if param.kind is ParamKind.BACKEND_PAIR:
-        return encode_backend_pair(raw)
     if param.kind is ParamKind.BOOL:
         if not isinstance(raw, bool):
             raise ValueError("true or false")
@@ -282,8 +271,6 @@ def parse_text(param: Param, text: str) -> Any:
         return knob_of(param.knob).encode(stripped)
     if param.kind is ParamKind.CUDA_GRAPH:
         return encode_cuda_graph(stripped)
-    if param.kind is ParamKind.BACKEND_PAIR:
-        return encode_backend_pair(stripped)
     if param.kind is ParamKind.BOOL:
         return _parse_bool(stripped)
     if param.kind is ParamKind.FLOAT:

@@ -177,31 +177,26 @@ def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> Tria
 def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
     mem: float | None = None
     graph: CudaGraph | None = None
-    prefill = decode = None
     flags: list[tuple[str, FlagValue]] = []
+    knobs: list[tuple[str, str]] = []
     for p in space.params:
         if p.name not in values:
             continue
         value = values[p.name]
         if p.kind is ParamKind.FLOAT:
             value = clean_float(p, float(value))
-        if p.target is Target.MEM_FRACTION:
+        if p.knob is not None:
+            knobs.append((p.knob, str(value)))
+        elif p.target is Target.MEM_FRACTION:
             mem = float(value)
         elif p.target is Target.CUDA_GRAPH:
             graph = decode_cuda_graph(value)
-        elif p.target is Target.BACKEND_PAIR:
-            prefill, decode = split_backend_pair(value)
-        elif p.target is Target.KNOB and p.knob is not None:
-            flags.extend(knob_of(p.knob).flags(str(value)))
         elif value is not None:
             flags.append((p.flag or p.name, value))
-    return TrialConfig(
-        mem_fraction_static=mem,
-        cuda_graph=graph,
-        sparse_prefill_backend=prefill,
-        sparse_decode_backend=decode,
-        flags=tuple(flags),
-    )
+    config = TrialConfig(mem_fraction_static=mem, cuda_graph=graph, flags=tuple(flags))
+    for kind, value in knobs:
+        config = knob_of(kind).apply(value, config)
+    return config
 
 
 def forbidden_reason(space: SearchSpace, params: Mapping[str, object]) -> str | None:
