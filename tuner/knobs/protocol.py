@@ -10,6 +10,8 @@ own) and how to show it (`show`). Its
 
     pair   "prefill/decode": sampled as the prefill member, then a decode member the space pairs
            with it; featured as three categories (prefill, decode, the pair)
+    graphs "off" | "on" | "max:N" | "bs:1,2,4": one categorical; featured as its level, graphs
+           on or off, and the largest captured batch (log scale)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from tuner.config import TrialConfig
 
-Shape = Literal["pair"]
+Shape = Literal["pair", "graphs"]
 
 
 class Options(Protocol):

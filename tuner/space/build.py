@@ -50,7 +50,7 @@ _DEFAULT_NAMES = {ParamKind(k.kind): k.name for k in STRUCTURED}
 _TARGETS = {ParamKind(k.kind): Target(k.name) for k in STRUCTURED}
 _KNOB_TARGETS = {k.kind: Target(k.name) for k in STRUCTURED}  # knob objects with TrialConfig fields
 # A knob object's shape -> the param kind that samples it (tuner.knobs.protocol).
-_SHAPES = {"pair": ParamKind.BACKEND_PAIR}
+_SHAPES = {"pair": ParamKind.BACKEND_PAIR, "graphs": ParamKind.CUDA_GRAPH}
 _KNOB_KEYS = ("name", "kind", "choices", "when")
 
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tuner.config import CudaGraph, FlagValue, TrialConfig
+from tuner.config import FlagValue, TrialConfig
 from tuner.errors import ConfigError
 from tuner.knobs.registry import knob_of
 from tuner.settings import show
@@ -24,7 +24,6 @@ from tuner.space.params import (
     Target,
     clean_float,
     condition_holds,
-    decode_cuda_graph,
     encode_value,
     parse_text,
     show_choice,
@@ -176,7 +175,6 @@ def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> Tria
 
 def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
     mem: float | None = None
-    graph: CudaGraph | None = None
     flags: list[tuple[str, FlagValue]] = []
     knobs: list[tuple[str, str]] = []
     for p in space.params:
@@ -189,11 +187,9 @@ def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
             knobs.append((p.knob, str(value)))
         elif p.target is Target.MEM_FRACTION:
             mem = float(value)
-        elif p.target is Target.CUDA_GRAPH:
-            graph = decode_cuda_graph(value)
         elif value is not None:
             flags.append((p.flag or p.name, value))
-    config = TrialConfig(mem_fraction_static=mem, cuda_graph=graph, flags=tuple(flags))
+    config = TrialConfig(mem_fraction_static=mem, flags=tuple(flags))
     for kind, value in knobs:
         config = knob_of(kind).apply(value, config)
     return config
