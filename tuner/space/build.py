@@ -13,13 +13,7 @@ from tuner.knobs.registry import knob_kinds, knob_of
 from tuner.secrets import is_secret_flag, is_secret_name, redact_shapes
 from tuner.sglang.knobs import (
     FlagContext,
-    check_scalar,
     find_flag,
-    is_switch,
-    knob_options,
-    owner_of,
-    takes_list,
-    unknown_flag_message,
 )
 from tuner.sglang.structured import STRUCTURED
 from tuner.space.params import (
@@ -31,11 +25,11 @@ from tuner.space.params import (
     Target,
     condition_holds,
     encode_value,
-    mem_fraction_problem,
     same_value,
     show_choice,
 )
 from tuner.space.source import Section, Source, python_value, show
+from tuner.space.targets import check_target
 
 _KIND_KEYS = {
     ParamKind.FLOAT: ("name", "kind", "flag", "low", "high", "step", "log", "when"),
@@ -152,7 +146,7 @@ def _parse_param(
     else:
         param = Param(name=name, kind=kind, target=target, flag=flag, when=when, source=source, knob=knob)
         param = _with_choices(sec, param)
-    _check_target(sec, param, ctx)
+    check_target(sec, param, ctx)
     return param
 
 
@@ -207,81 +201,6 @@ def _with_choices(sec: Section, param: Param) -> Param:
 
 def _fields(param: Param) -> dict[str, Any]:
     return {f.name: getattr(param, f.name) for f in fields(param)}
-
-
-def _check_target(sec: Section, param: Param, ctx: FlagContext) -> None:
-    if param.target is Target.MEM_FRACTION:
-        _check_mem_fraction(sec, param)
-    elif param.knob is not None:
-        knob, options = knob_of(param.knob), knob_options(ctx)
-        for node, code in zip(sec.seq("choices"), param.choices, strict=True):
-            problem = knob.check(str(code), options)
-            if problem:
-                raise sec.src.error(node, f"{param.name}.choices", problem)
-    elif param.target is Target.FLAG:
-        _check_flag_param(sec, param, ctx)
-
-
-def _check_mem_fraction(sec: Section, param: Param) -> None:
-    if param.kind is ParamKind.FLOAT:
-        if param.low is not None and param.low <= 0:
-            raise sec.error("low", f"low must be > 0 (got {param.low:g})")
-        if param.high is not None and param.high > 1.0:
-            raise sec.error("high", f"high must be ≤ 1.0 (got {param.high:g})")
-    elif param.kind is ParamKind.CATEGORICAL:
-        for c in param.choices:
-            if mem_fraction_problem(c):
-                raise sec.error("choices", f"choices must be numbers in (0, 1] (got {show_choice(c)})")
-    else:
-        raise sec.error(
-            "kind", f"mem-fraction-static needs kind float or categorical (got {param.kind.value})"
-        )
-
-
-def _check_flag_param(sec: Section, param: Param, ctx: FlagContext) -> None:
-    key = "flag" if "flag" in sec else "name"
-    flag = param.flag or ""
-    spec = find_flag(ctx, flag)
-    if spec is None:
-        raise sec.error(key, unknown_flag_message(ctx, flag))
-    owner = owner_of(spec)
-    if owner == "launcher":
-        raise sec.error(key, f"--{flag} is set by the tuner for every trial (use the top-level host: key)")
-    if owner is not None:
-        raise sec.error(
-            key,
-            f"--{flag} is set through the {owner} knob; use a param of kind {owner}"
-            if owner != "mem-fraction-static"
-            else f"--{flag} needs the param name mem-fraction-static",
-        )
-    if takes_list(spec):
-        raise sec.error(key, f"--{flag} takes a list; only the cuda_graph kind searches lists")
-    if param.kind is ParamKind.BOOL:
-        if not is_switch(spec):
-            raise sec.error(
-                "kind", f"--{flag} takes a value of type {spec.value_type}, so it cannot be kind bool"
-            )
-        return
-    if is_switch(spec):
-        raise sec.error("kind", f"--{flag} is a switch; use kind bool")
-    if param.kind in (ParamKind.FLOAT, ParamKind.INT):
-        if spec.choices:
-            raise sec.error(
-                "kind", f"--{flag} has fixed choices ({', '.join(spec.choices)}); use kind categorical"
-            )
-        if spec.value_type == "str" or (param.kind is ParamKind.FLOAT and spec.value_type == "int"):
-            raise sec.error(
-                "kind", f"--{flag} takes a value of type {spec.value_type}, not kind {param.kind.value}"
-            )
-        return
-    for node, choice in zip(sec.seq("choices"), param.choices, strict=True):
-        if choice is None:
-            continue  # null = leave SGLang's default
-        problem = check_scalar(spec, choice)
-        if problem:
-            raise sec.src.error(
-                node, f"{param.name}.choices", f"--{flag}: {problem} (got {show_choice(choice)})"
-            )
 
 
 def _parse_when(sec: Section, earlier: list[Param]) -> tuple[Condition, ...]:
