@@ -16,16 +16,17 @@ from tuner.sglang.options import builtin_table, known_versions
 from tuner.space.loader import load_space
 
 # Two values each knob must tell apart (any two the newest release accepts).
-SAMPLES = {
+SAMPLES: dict[str, tuple[object, object]] = {
     "attention_backends": ("fa3/fa3", "fa3/flashinfer"),
     "backend_pair": ("trtllm/fa3", "fa3/fa3"),
     "cuda_graph": ("max:64", "off"),
+    "mem_fraction": (0.8, 0.9),
 }
 
 
 def test_the_registry_finds_every_knob_module() -> None:
     found = {k.kind for k in knobs()}
-    assert {"attention_backends", "backend_pair", "cuda_graph"} <= found
+    assert {"attention_backends", "backend_pair", "cuda_graph", "mem_fraction"} <= found
     assert all(isinstance(k, Knob) for k in knobs())
     assert set(SAMPLES) == found  # a new knob adds its samples here
 
@@ -52,7 +53,7 @@ def test_encoding_is_stable_and_refuses_junk(kind: str) -> None:
 @pytest.mark.parametrize("kind", sorted(SAMPLES))
 def test_the_rules_see_every_value_a_knob_sets(kind: str) -> None:
     knob = knob_of(kind)
-    base = TrialConfig(mem_fraction_static=0.8)
+    base = TrialConfig()
     a, b = (knob.apply(knob.encode(v), base) for v in SAMPLES[kind])
     assert a != b and knobs_of(a) != knobs_of(b) and knobs_of(a) != knobs_of(base)
 
@@ -66,3 +67,25 @@ def test_a_flag_param_on_a_knobs_option_is_refused_at_its_line(tmp_path: Path) -
     )
     with pytest.raises(ConfigError, match=r"same SGLang setting as param 'attention_backends'.*s.yaml:8"):
         load_space(path)
+
+
+@pytest.mark.parametrize(
+    ("param", "line", "phrase"),
+    [
+        ("    kind: float\n    low: 0.0\n    high: 0.9\n", 8, "low: expected a number in (0, 1] (got 0.0)"),
+        ("    kind: categorical\n    choices: [0.8, 1.5]\n", 8, "expected a number in (0, 1] (got 1.5)"),
+        ("    kind: bool\n", 7, "use kind float or categorical"),
+    ],
+)
+def test_the_memory_fraction_is_a_knob_selected_by_its_flag(
+    tmp_path: Path, param: str, line: int, phrase: str
+) -> None:
+    path = tmp_path / "s.yaml"
+    head = 'name: t\nsglang_version: "0.5.17"\nfixed_flags:\n  model-path: /m\nparams:\n'
+    path.write_text(head + "  - name: mem-fraction-static\n" + param)
+    with pytest.raises(ConfigError) as err:
+        load_space(path)
+    assert phrase in str(err.value) and f"s.yaml:{line}" in str(err.value)
+    path.write_text(head + "  - flag: mem-fraction-static\n    kind: categorical\n    choices: [0.8, 0.9]\n")
+    (got,) = load_space(path).params
+    assert got.knob == "mem_fraction" and got.choices == (0.8, 0.9)

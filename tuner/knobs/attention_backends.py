@@ -29,6 +29,7 @@ class AttentionBackends:
 
     kind: str = "attention_backends"
     name: str = "attention_backends"
+    flag: str | None = None
     shape: Shape = "pair"
     owned: frozenset[str] = frozenset(
         {"attention_backend", "prefill_attention_backend", "decode_attention_backend"}

@@ -87,6 +87,7 @@ class CudaGraphs:
 
     kind: str = "cuda_graph"
     name: str = "cuda_graph"
+    flag: str | None = None
     shape: Shape = "graphs"
     owned: frozenset[str] = frozenset({*(d for ds in DESTS.values() for d in ds), "cuda_graph_config"})
 

@@ -12,15 +12,18 @@ own) and how to show it (`show`). Its
            with it; featured as three categories (prefill, decode, the pair)
     graphs "off" | "on" | "max:N" | "bs:1,2,4": one categorical; featured as its level, graphs
            on or off, and the largest captured batch (log scale)
+    number a knob that a plain param selects by its `flag` (mem-fraction-static): read, sampled
+           and featured as the kind written (float range or categorical); `check` judges each
+           choice, or both ends of a range
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from tuner.config import TrialConfig
 
-Shape = Literal["pair", "graphs"]
+Shape = Literal["pair", "graphs", "number"]
 
 
 class Options(Protocol):
@@ -54,23 +57,28 @@ class Knob(Protocol):
     def shape(self) -> Shape: ...
 
     @property
+    def flag(self) -> str | None:
+        """The flag (without dashes) by which a plain param selects this knob; None: by its kind."""
+        ...
+
+    @property
     def owned(self) -> frozenset[str]:
         """The option dests it sets: a fixed flag or another param setting one conflicts with it."""
         ...
 
-    def encode(self, raw: object) -> str:
+    def encode(self, raw: object) -> Any:
         """A YAML or command-line value as the stored string; ValueError saying what was expected."""
         ...
 
-    def check(self, value: str, options: Options) -> str | None:
+    def check(self, value: Any, options: Options) -> str | None:
         """Why the release cannot launch the encoded `value`, or None."""
         ...
 
-    def apply(self, value: str, config: TrialConfig) -> TrialConfig:
+    def apply(self, value: Any, config: TrialConfig) -> TrialConfig:
         """`config` with the encoded `value` set: in the knob's own TrialConfig fields, or as launch
         flags appended to `config.flags` (names without dashes)."""
         ...
 
-    def show(self, value: str) -> str:
+    def show(self, value: Any) -> str:
         """The value for people (reports, the live display)."""
         ...

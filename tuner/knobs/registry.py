@@ -31,7 +31,13 @@ def knobs() -> tuple[Knob, ...]:
 
 
 def knob_kinds() -> tuple[str, ...]:
-    return tuple(k.kind for k in knobs())
+    """The `kind:` values of the knobs a space selects by kind."""
+    return tuple(k.kind for k in knobs() if k.flag is None)
+
+
+def knob_flagged(flag: str) -> Knob | None:
+    """The knob a plain param of flag `flag` selects, if any."""
+    return next((k for k in knobs() if k.flag is not None and k.flag == flag), None)
 
 
 def knob_of(kind: str) -> Knob:

@@ -28,6 +28,7 @@ class SparseBackends:
 
     kind: str = "backend_pair"
     name: str = "sparse_backends"
+    flag: str | None = None
     shape: Shape = "pair"
     owned: frozenset[str] = frozenset(d for ds in DESTS.values() for d in ds)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from tuner.knobs.registry import knob_kinds, knob_of
+from tuner.knobs.registry import knob_flagged, knob_kinds, knob_of
 from tuner.secrets import is_secret_flag, is_secret_name, redact_shapes
 from tuner.sglang.knobs import (
     FlagContext,
@@ -42,7 +42,8 @@ _KIND_KEYS = {
 # A structured knob's kind -> its default param name and Target (tuner.sglang.structured).
 _DEFAULT_NAMES = {ParamKind(k.kind): k.name for k in STRUCTURED}
 _TARGETS = {ParamKind(k.kind): Target(k.name) for k in STRUCTURED}
-_KNOB_TARGETS = {k.kind: Target(k.name) for k in STRUCTURED}  # knob objects with TrialConfig fields
+# Knob objects with TrialConfig fields -> their Target (the others set flags: Target.KNOB).
+_KNOB_TARGETS = {"mem_fraction": Target.MEM_FRACTION, **{k.kind: Target(k.name) for k in STRUCTURED}}
 # A knob object's shape -> the param kind that samples it (tuner.knobs.protocol).
 _SHAPES = {"pair": ParamKind.BACKEND_PAIR, "graphs": ParamKind.CUDA_GRAPH}
 _KNOB_KEYS = ("name", "kind", "choices", "when")
@@ -121,8 +122,9 @@ def _parse_param(
     target = _KNOB_TARGETS.get(knob, Target.KNOB) if knob is not None else _TARGETS.get(kind, Target.FLAG)
     if target is Target.FLAG:
         flag = flag or name
-        if flag == "mem-fraction-static":
-            target = Target.MEM_FRACTION
+        flagged = knob_flagged(flag)
+        if flagged is not None:  # a knob a plain param selects by its flag, read as the kind written
+            knob, target = flagged.kind, _KNOB_TARGETS.get(flagged.kind, Target.KNOB)
     source = sec.src.where(sec.node)
     when = _parse_when(sec, earlier)
     if kind in (ParamKind.FLOAT, ParamKind.INT):
@@ -138,11 +140,13 @@ def _parse_param(
             log=log,
             when=when,
             source=source,
+            knob=knob,
         )
     elif kind is ParamKind.BOOL:
         param = Param(
-            name=name, kind=kind, target=target, flag=flag, choices=(False, True), when=when, source=source
-        )
+            name=name, kind=kind, target=target, flag=flag, choices=(False, True), when=when, source=source,
+            knob=knob,
+        )  # fmt: skip
     else:
         param = Param(name=name, kind=kind, target=target, flag=flag, when=when, source=source, knob=knob)
         param = _with_choices(sec, param)

@@ -15,6 +15,7 @@ from typing import Any
 
 from tuner.knobs.cuda_graph import DESTS as _GRAPH_DESTS
 from tuner.knobs.cuda_graph import batch_list, encode_cuda_graph
+from tuner.knobs.mem_fraction import problem as mem_fraction_problem
 from tuner.knobs.registry import knob_of
 from tuner.names import control_problem
 
@@ -132,13 +133,6 @@ def show_choice(value: Any) -> str:
 # --- ranges of fixed values (a CUDA-graph setting is read by its knob: tuner.knobs.cuda_graph) -------
 
 
-def mem_fraction_problem(value: object) -> str | None:
-    """Why `value` is not a --mem-fraction-static (a number in (0, 1]), or None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1.0:
-        return "expected a number in (0, 1]"
-    return None
-
-
 # Parallelism sizes: a count of GPUs or nodes, so at least 1 (min_gpus multiplies them).
 POSITIVE_DESTS = frozenset(
     {
@@ -185,7 +179,7 @@ def encode_value(param: Param, raw: Any) -> Any:
     """A raw YAML value for `param` in the form the sampler stores; ValueError with what was expected."""
     if isinstance(raw, str) and control_problem(raw):
         raise ValueError("printable text (no control characters: it becomes part of a launch command)")
-    if param.knob is not None:
+    if param.knob is not None and knob_of(param.knob).flag is None:  # else read as its kind
         return knob_of(param.knob).encode(raw)
     if param.kind is ParamKind.BOOL:
         if not isinstance(raw, bool):
@@ -209,7 +203,7 @@ def parse_text(param: Param, text: str) -> Any:
     stripped = text.strip()
     if control_problem(stripped):
         raise ValueError("printable text (no control characters: it becomes part of a launch command)")
-    if param.knob is not None:
+    if param.knob is not None and knob_of(param.knob).flag is None:
         return knob_of(param.knob).encode(stripped)
     if param.kind is ParamKind.BOOL:
         return _parse_bool(stripped)

@@ -21,7 +21,6 @@ from tuner.space.build import Forbidden, forbidden_match
 from tuner.space.params import (
     Param,
     ParamKind,
-    Target,
     clean_float,
     condition_holds,
     encode_value,
@@ -174,7 +173,6 @@ def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> Tria
 
 
 def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
-    mem: float | None = None
     flags: list[tuple[str, FlagValue]] = []
     knobs: list[tuple[str, str]] = []
     for p in space.params:
@@ -185,11 +183,9 @@ def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
             value = clean_float(p, float(value))
         if p.knob is not None:
             knobs.append((p.knob, str(value)))
-        elif p.target is Target.MEM_FRACTION:
-            mem = float(value)
         elif value is not None:
             flags.append((p.flag or p.name, value))
-    config = TrialConfig(mem_fraction_static=mem, flags=tuple(flags))
+    config = TrialConfig(flags=tuple(flags))
     for kind, value in knobs:
         config = knob_of(kind).apply(value, config)
     return config

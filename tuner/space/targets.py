@@ -1,5 +1,5 @@
-"""A param checked against what it sets: the memory fraction's range, a knob object's choices
-against the release (tuner.knobs), a plain flag's option (type, choices, switch or value)."""
+"""A param checked against what it sets: a knob object's choices or range ends against the release
+(tuner.knobs), a plain flag's option (type, choices, switch or value)."""
 
 from __future__ import annotations
 
@@ -14,38 +14,34 @@ from tuner.sglang.knobs import (
     takes_list,
     unknown_flag_message,
 )
-from tuner.space.params import Param, ParamKind, Target, mem_fraction_problem, show_choice
+from tuner.space.params import Param, ParamKind, Target, show_choice
 from tuner.space.source import Section
 
 
 def check_target(sec: Section, param: Param, ctx: FlagContext) -> None:
     """Raise the one-line ConfigError (file:line) when `param` cannot set what it targets."""
-    if param.target is Target.MEM_FRACTION:
-        _check_mem_fraction(sec, param)
-    elif param.knob is not None:
-        knob, options = knob_of(param.knob), knob_options(ctx)
-        for node, code in zip(sec.seq("choices"), param.choices, strict=True):
-            problem = knob.check(str(code), options)
-            if problem:
-                raise sec.src.error(node, f"{param.name}.choices", problem)
+    if param.knob is not None:
+        _check_knob(sec, param, ctx)
     elif param.target is Target.FLAG:
         _check_flag_param(sec, param, ctx)
 
 
-def _check_mem_fraction(sec: Section, param: Param) -> None:
-    if param.kind is ParamKind.FLOAT:
-        if param.low is not None and param.low <= 0:
-            raise sec.error("low", f"low must be > 0 (got {param.low:g})")
-        if param.high is not None and param.high > 1.0:
-            raise sec.error("high", f"high must be ≤ 1.0 (got {param.high:g})")
-    elif param.kind is ParamKind.CATEGORICAL:
-        for c in param.choices:
-            if mem_fraction_problem(c):
-                raise sec.error("choices", f"choices must be numbers in (0, 1] (got {show_choice(c)})")
-    else:
-        raise sec.error(
-            "kind", f"mem-fraction-static needs kind float or categorical (got {param.kind.value})"
-        )
+def _check_knob(sec: Section, param: Param, ctx: FlagContext) -> None:
+    """Each choice, or both ends of a range, as the knob judges it for the release."""
+    knob, options = knob_of(param.knob or ""), knob_options(ctx)
+    if param.kind in (ParamKind.FLOAT, ParamKind.INT):
+        for key, end in (("low", param.low), ("high", param.high)):
+            problem = knob.check(end, options)
+            if problem:
+                raise sec.error(key, f"{problem} (got {show_choice(end)})")
+        return
+    if param.kind is ParamKind.BOOL:
+        raise sec.error("kind", f"{knob.name} takes values, not a switch: use kind float or categorical")
+    for node, choice in zip(sec.seq("choices"), param.choices, strict=True):
+        problem = knob.check(choice, options)
+        if problem:
+            raise sec.src.error(node, f"{param.name}.choices", f"{problem} (got {show_choice(choice)})"
+                                if knob.flag is not None else problem)  # fmt: skip
 
 
 def _check_flag_param(sec: Section, param: Param, ctx: FlagContext) -> None:
