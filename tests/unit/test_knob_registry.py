@@ -89,3 +89,15 @@ def test_the_memory_fraction_is_a_knob_selected_by_its_flag(
     path.write_text(head + "  - flag: mem-fraction-static\n    kind: categorical\n    choices: [0.8, 0.9]\n")
     (got,) = load_space(path).params
     assert got.knob == "mem_fraction" and got.choices == (0.8, 0.9)
+
+
+def test_a_trial_config_field_no_rule_reader_knows_is_held_equal_by_every_rule() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Grown(TrialConfig):  # a knob object's new field, before knobs_of learns to read it
+        new_knob: str | None = None
+
+    a, b = Grown(mem_fraction_static=0.8, new_knob="a"), Grown(mem_fraction_static=0.8, new_knob="b")
+    assert knobs_of(a) != knobs_of(b)
+    assert knobs_of(Grown(mem_fraction_static=0.8)) == knobs_of(TrialConfig(mem_fraction_static=0.8))
