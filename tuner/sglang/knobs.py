@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from tuner.errors import ConfigError
+from tuner.knobs.mem_fraction import KNOB as MEM_FRACTION
 from tuner.knobs.protocol import Options
 from tuner.sglang.options import OptionSpec, OptionTable, builtin_table, known_versions
 from tuner.sglang.structured import CUDA_GRAPH, SPARSE_BACKENDS, knob_owning
@@ -19,7 +20,7 @@ from tuner.sglang.structured import CUDA_GRAPH, SPARSE_BACKENDS, knob_owning
 VERSION_PATTERN = r"\d+\.\d+(\.\d+)?(\.post\d+)?"
 
 # Flags the tuner sets itself, per knob; a fixed flag or plain flag param may not touch them.
-MEM_FRACTION_DESTS = frozenset({"mem_fraction_static"})
+MEM_FRACTION_DESTS = MEM_FRACTION.owned
 CUDA_GRAPH_DESTS = CUDA_GRAPH.owned  # the structured knobs' own: tuner.sglang.structured
 BACKEND_DESTS = SPARSE_BACKENDS.owned
 LAUNCHER_DESTS = frozenset({"host", "port"})
