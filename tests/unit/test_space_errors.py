@@ -65,7 +65,7 @@ CASES = [
         edit("high: 0.95", "high: 1.3"),
         "mem-fraction-static.high",
         9,
-        "high must be ≤ 1.0 (got 1.3)",
+        "expected a number in (0, 1] (got 1.3)",
     ),
     (
         "step-does-not-divide",

@@ -271,9 +271,9 @@ def _follow(
 
 def _summary(db_url: str, study: str, budget: int | None, interrupted: bool) -> None:
     from tuner.report.status import print_status
-    from tuner.store.sql import SqlStore
+    from tuner.store.factory import open_store
 
-    store = SqlStore(db_url)
+    store = open_store(db_url)
     launched = sum(1 for r in store.trials(study) if r.launch is not None and r.confirm_of is None)
     resume = " (interrupted; run the same command to resume)" if interrupted else ""
     print(f"study {study}: {launched}/{budget or '∞'} launches recorded{resume}")

@@ -198,14 +198,14 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     from tuner.report.frame import load_study_data
     from tuner.space.loader import load_space
     from tuner.store.connect import database_url
-    from tuner.store.sql import SqlStore
+    from tuner.store.factory import open_store
     from tuner.study.confirm import confirm
 
     space = load_space(args.space)
     url = database_url(args.db)
     if args.repeats < 1:
         raise ConfigError(f"--repeats: expected at least 1 (got {args.repeats})")
-    with SqlStore(url, create=False) as store:
+    with open_store(url, create=False) as store:
         name = store.resolve_study(args.study, preferred=space.study_name)
     choice = select(
         load_study_data(url, name),
@@ -281,7 +281,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         save_png,
     )
     from tuner.store.connect import database_url
-    from tuner.store.sql import SqlStore
+    from tuner.store.factory import open_store
 
     if args.out is None and args.html is None:
         raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")
@@ -335,7 +335,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
         save("mem_fraction.png", lambda p: save_png(metric_vs_param_plot(frame, context=context), p))
-    with SqlStore(url, create=False) as store:
+    with open_store(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:

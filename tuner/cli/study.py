@@ -232,8 +232,8 @@ def _finished_study(args: RunOptions, url: str) -> int | None:
     it does (None where there is a study to resume, or no study: `_space_to_run` says which)."""
     from tuner.report.status import print_status
     from tuner.store.connect import mask_url
+    from tuner.store.factory import open_store
     from tuner.store.preflight import check_database
-    from tuner.store.sql import SqlStore
     from tuner.study.resume import stored_studies
     from tuner.study.storage import make_storage
 
@@ -251,7 +251,7 @@ def _finished_study(args: RunOptions, url: str) -> int | None:
     study = done[0]
     print(f"study {study.line()} is complete in {mask_url(url)}: nothing to run", file=sys.stderr, flush=True)
     print(f"study {study.name}: {study.finished}/{study.budget or '∞'} launches finished")
-    with SqlStore(url, create=False) as store:
+    with open_store(url, create=False) as store:
         print_status(store, study.name, None)
     return ExitCode.OK
 
@@ -386,9 +386,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from tuner.report.status import print_status
     from tuner.store.connect import database_url
-    from tuner.store.sql import SqlStore
+    from tuner.store.factory import open_store
 
-    store = SqlStore(database_url(args.db), create=False)
+    store = open_store(database_url(args.db), create=False)
     preferred = None
     if args.space is not None:
         from tuner.space.loader import load_space
@@ -402,10 +402,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_studies(args: argparse.Namespace) -> int:
     from tuner.report.frame import load_study_data
     from tuner.store.connect import database_url
-    from tuner.store.sql import SqlStore
+    from tuner.store.factory import open_store
     from tuner.study.asks import classify, tally
 
-    store = SqlStore(database_url(args.db), create=False)
+    store = open_store(database_url(args.db), create=False)
     if args.show_space is not None:
         return _show_space(database_url(args.db), args.show_space)
     for name in store.studies():

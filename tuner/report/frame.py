@@ -37,8 +37,9 @@ from tuner.secrets import readable_space_text
 from tuner.store.capacity import CapacityRecord, bind_rows, latest_by_row
 from tuner.store.capacity import load as load_capacity
 from tuner.store.connect import mask_url, optuna_storage_kwargs
+from tuner.store.factory import open_store
+from tuner.store.protocol import StoreOpener
 from tuner.store.rows import StoredTrial
-from tuner.store.sql import SqlStore
 from tuner.study.asks import classify, classify_trial
 
 __all__ = [
@@ -99,25 +100,30 @@ class StudyData:
 
 
 def load_study_data(
-    url: str, study: str | None = None, *, preferred: str | None = None, goodput: bool = False
+    url: str,
+    study: str | None = None,
+    *,
+    preferred: str | None = None,
+    goodput: bool = False,
+    stores: StoreOpener = open_store,
 ) -> StudyData:
-    """Read one study's rows and Optuna trials (the I/O edge of the reports); see SqlStore.resolve_study.
+    """Read one study's rows and Optuna trials (the I/O edge of the reports); see ResultStore.resolve_study.
     With `goodput`, also each measured trial's goodput from its request records (tuner.report.goodput).
 
     A SQLite file that does not exist is an error (opening it would create an empty database).
     """
-    data = _load(url, study, preferred)
-    return with_goodput(data) if goodput else data
+    data = _load(url, study, preferred, stores)
+    return with_goodput(data, stores=stores) if goodput else data
 
 
-def with_goodput(data: StudyData) -> StudyData:
+def with_goodput(data: StudyData, *, stores: StoreOpener = open_store) -> StudyData:
     """`data` with the goodput of every measured trial and re-measurement under the study's latency
     constraints (none where the study has no latency constraint)."""
     bounds = goodput_bounds(slos_of(data.space_text))
     if not bounds:
         return data
     found: dict[int, Goodput] = {}
-    with SqlStore(data.url, create=False) as store:
+    with stores(data.url, create=False) as store:
         for row in data.rows:
             if not row.outcome.measured:
                 continue
@@ -128,7 +134,7 @@ def with_goodput(data: StudyData) -> StudyData:
     return replace(data, goodput=found)
 
 
-def _load(url: str, study: str | None, preferred: str | None) -> StudyData:
+def _load(url: str, study: str | None, preferred: str | None, stores: StoreOpener) -> StudyData:
     missing = _missing_sqlite_file(url)
     if missing is not None:
         raise ConfigError(
@@ -136,7 +142,7 @@ def _load(url: str, study: str | None, preferred: str | None) -> StudyData:
             "`python -m tuner run` wrote (give it with --db, or "
             "TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
         )
-    with SqlStore(url, create=False) as store:
+    with stores(url, create=False) as store:
         name = store.resolve_study(study, preferred=preferred)
         rows = store.trials(name)
     try:

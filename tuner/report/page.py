@@ -23,11 +23,18 @@ from tuner.report.profile import render_sh
 from tuner.report.status import pruned_lines
 from tuner.sglang.options import OptionTable, builtin_table
 from tuner.store.capacity import latest_by_row
-from tuner.store.sql import SqlStore
+from tuner.store.factory import open_store
+from tuner.store.protocol import StoreOpener
 from tuner.study.asks import classify, tally, tally_lines
 
 
-def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_source: str | None = None) -> str:
+def study_page(
+    data: StudyData,
+    *,
+    table: OptionTable | None = None,
+    plotly_source: str | None = None,
+    stores: StoreOpener = open_store,
+) -> str:
     """The self-contained HTML report of `data` (requests read from its database for the latency plot)."""
     front = pareto_front(data)
     frame = trials_frame(data, front)
@@ -55,7 +62,7 @@ def study_page(data: StudyData, *, table: OptionTable | None = None, plotly_sour
             )
     rows = list({r.id: r for n in front if (r := data.row_of(n)) is not None}.values())
     if rows:
-        with SqlStore(data.url) as store:
+        with stores(data.url) as store:
             requests = requests_frame(store, rows)
         if not requests.empty:
             images.append(

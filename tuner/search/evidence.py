@@ -9,7 +9,7 @@ every other flag (a failure says nothing about another value of it, so rules hol
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from tuner.config import FlagValue, Outcome, TrialConfig
 
@@ -63,6 +63,7 @@ def knobs_of(config: TrialConfig) -> Knobs:
     kv = flags.get(KV_DTYPE_FLAG)
     cg = config.cuda_graph
     others = tuple(sorted((k, v) for k, v in flags.items() if k not in BACKEND_FLAGS and k != KV_DTYPE_FLAG))
+    others += _unread_fields(config)
     return Knobs(
         fraction=config.mem_fraction_static,
         graphs=cg is None or cg.enabled,
@@ -72,6 +73,18 @@ def knobs_of(config: TrialConfig) -> Knobs:
         kv_dtype=None if kv is None else str(kv),
         others=others,
     )
+
+
+# TrialConfig fields knobs_of reads; any other (a knob object's new field) is held equal by every rule.
+_READ = frozenset(
+    {"mem_fraction_static", "cuda_graph", "sparse_prefill_backend", "sparse_decode_backend", "flags"}
+)
+
+
+def _unread_fields(config: TrialConfig) -> tuple[tuple[str, FlagValue], ...]:
+    """Fields of `config` no reader above knows, as `field:name` entries of `others` (never fail open)."""
+    found = ((f.name, getattr(config, f.name)) for f in fields(config) if f.name not in _READ)
+    return tuple((f"field:{name}", repr(value)) for name, value in found if value is not None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -19,6 +19,7 @@ from functools import cache
 
 from tuner.config import FlagValue, TrialConfig
 from tuner.errors import ConfigError, FlagError
+from tuner.knobs.mem_fraction import KNOB as MEM_FRACTION
 from tuner.sglang.options import ArgvError, OptionSpec, OptionTable, build_parser
 from tuner.sglang.renames import (
     CANONICAL_KINDS,
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 # Knob -> the dests that hold it, newest first (the structured knobs': tuner.sglang.structured).
-_MEM = ("mem_fraction_static",)
+_MEM = tuple(sorted(MEM_FRACTION.owned))
 _MAX_BS = CUDA_GRAPH.dests["max_bs"]
 _BS = CUDA_GRAPH.dests["bs"]
 _PREFILL = SPARSE_BACKENDS.dests["prefill"]

@@ -12,13 +12,15 @@ import re
 from dataclasses import dataclass
 
 from tuner.errors import ConfigError
+from tuner.knobs.mem_fraction import KNOB as MEM_FRACTION
+from tuner.knobs.protocol import Options
 from tuner.sglang.options import OptionSpec, OptionTable, builtin_table, known_versions
 from tuner.sglang.structured import CUDA_GRAPH, SPARSE_BACKENDS, knob_owning
 
 VERSION_PATTERN = r"\d+\.\d+(\.\d+)?(\.post\d+)?"
 
 # Flags the tuner sets itself, per knob; a fixed flag or plain flag param may not touch them.
-MEM_FRACTION_DESTS = frozenset({"mem_fraction_static"})
+MEM_FRACTION_DESTS = MEM_FRACTION.owned
 CUDA_GRAPH_DESTS = CUDA_GRAPH.owned  # the structured knobs' own: tuner.sglang.structured
 BACKEND_DESTS = SPARSE_BACKENDS.owned
 LAUNCHER_DESTS = frozenset({"host", "port"})
@@ -40,6 +42,26 @@ class FlagContext:
                 "is auto; the installed parser decides at run time, or pin sglang_version)"
             )
         return f"SGLang {self.checked_version}"
+
+
+@dataclass(frozen=True, slots=True)
+class _ReleaseOptions:
+    ctx: FlagContext
+
+    @property
+    def note(self) -> str:
+        return self.ctx.note
+
+    def choices(self, dest: str) -> tuple[str, ...] | None:
+        specs = [s for s in self.ctx.table.by_dest(dest) if s.kind != "removed"]
+        if not specs:
+            return None
+        return tuple(c for s in specs for c in (s.choices or ()))
+
+
+def knob_options(ctx: FlagContext) -> Options:
+    """The release's options as a knob object reads them (tuner.knobs.protocol.Options)."""
+    return _ReleaseOptions(ctx)
 
 
 def flag_context(version: str) -> FlagContext:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.config import CudaGraph
+from tuner.knobs.cuda_graph import DESTS as _GRAPH_DESTS
+from tuner.knobs.sparse_backends import DESTS as _BACKEND_DESTS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,15 +57,6 @@ def _restore_backends(data: Mapping[str, Any]) -> dict[str, Any]:
     return {f: data.get(f) for f in ("sparse_prefill_backend", "sparse_decode_backend")}
 
 
-_GRAPH_DESTS = {
-    "max_bs": ("cuda_graph_max_bs_decode", "cuda_graph_max_bs"),
-    "bs": ("cuda_graph_bs_decode", "cuda_graph_bs"),
-    "off": ("disable_cuda_graph", "disable_decode_cuda_graph"),
-}
-_BACKEND_DESTS = {
-    "prefill": ("dsa_prefill_backend", "nsa_prefill_backend", "nsa_prefill"),
-    "decode": ("dsa_decode_backend", "nsa_decode_backend", "nsa_decode"),
-}
 
 CUDA_GRAPH = StructuredKnob(
     name="cuda_graph",

@@ -189,16 +189,20 @@ def _in_role(rule: BackendRule, role: str) -> BackendRule:
 
 
 def _backends(scenario: Scenario, version: str, given: dict[str, Any]) -> _Backends:
-    """KV dtype and attention backends as SGLang resolves them, with the pair's worst behaviour."""
+    """KV dtype and attention backends as SGLang resolves them, with the pair's worst behaviour.
+
+    A sparse-attention model reads the --dsa-/--nsa-*-backend pair (unset: SGLang's automatic one);
+    any other model the --prefill-/--decode-attention-backend pair over --attention-backend (unset:
+    the scenario's default rule, SGLang's own choice for the GPU)."""
+    kv = given.get("kv_cache_dtype") or "auto"
+    if not scenario.model.sparse_attention:
+        both = given.get("attention_backend")
+        prefill = given.get("prefill_attention_backend") or both
+        decode = given.get("decode_attention_backend") or both
+        kv = scenario.model.default_kv_dtype if kv == "auto" else kv
+        return _pair(scenario, kv, prefill, decode)
     prefill = _first(given, "dsa_prefill_backend", "nsa_prefill_backend")
     decode = _first(given, "dsa_decode_backend", "nsa_decode_backend")
-    kv = given.get("kv_cache_dtype") or "auto"
-    default = scenario.default_backend
-    if not scenario.model.sparse_attention:
-        kv = scenario.model.default_kv_dtype if kv == "auto" else kv
-        return _Backends(
-            kv_dtype=kv, prefill=prefill, decode=decode, prefill_rule=default, decode_rule=default
-        )
     if kv == "auto":
         chosen = scenario.backend(decode).kv_dtype if decode else None
         kv = chosen or scenario.model.default_kv_dtype
@@ -210,8 +214,22 @@ def _backends(scenario: Scenario, version: str, given: dict[str, Any]) -> _Backe
     )
     prefill = auto_p if forced or prefill is None else prefill
     decode = auto_d if forced or decode is None else decode
-    prefill_rule = _in_role(_with_kv(scenario.backend(prefill), kv), "prefill")
-    decode_rule = _in_role(_with_kv(scenario.backend(decode), kv), "decode")
+    return _pair(scenario, kv, prefill, decode)
+
+
+def _on_this_gpu(rule: BackendRule, sm_major: int) -> BackendRule:
+    """A backend built for other GPU architectures is unsupported here."""
+    if rule.sm_majors is None or sm_major in rule.sm_majors:
+        return rule
+    archs = ", ".join(f"SM{m}x" for m in rule.sm_majors)
+    error = rule.arch_error or f"ValueError: this attention backend requires {archs} (this is SM{sm_major}x)"
+    return replace(rule, behaviour="unsupported", error=error)
+
+
+def _pair(scenario: Scenario, kv: str, prefill: str | None, decode: str | None) -> _Backends:
+    sm = scenario.gpus.sm_major
+    prefill_rule = _on_this_gpu(_in_role(_with_kv(scenario.backend(prefill), kv), "prefill"), sm)
+    decode_rule = _on_this_gpu(_in_role(_with_kv(scenario.backend(decode), kv), "decode"), sm)
     behaviour, error = "ok", ""
     for rule in (prefill_rule, decode_rule):
         b = rule.behaviour

@@ -78,7 +78,8 @@ class PerfSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BackendRule:
-    """How one sparse-attention backend behaves on this GPU, and how fast it is."""
+    """How one attention backend (sparse, or dense for a model without sparse attention) behaves on
+    this GPU, and how fast it is."""
 
     behaviour: str = "ok"
     kv_dtype: str | None = None  # the KV dtype `auto` resolves to with this backend
@@ -89,6 +90,8 @@ class BackendRule:
     nan_graph_only: bool = False  # ... and only in steps replayed from a captured CUDA graph
     behaviour_kv_dtypes: tuple[str, ...] | None = None  # nan/garbage only with these KV dtypes; ok otherwise
     behaviour_roles: tuple[str, ...] | None = None  # the behaviour only in these roles (prefill, decode)
+    sm_majors: tuple[int, ...] | None = None  # GPU architectures it runs on (None: all); else unsupported
+    arch_error: str = ""  # the exception line SGLang raises on another architecture
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,6 +170,8 @@ def parse_backend(rule: Any, where: str, key: str) -> BackendRule:
         values["behaviour_kv_dtypes"] = _kv_dtype_list(values["behaviour_kv_dtypes"], behaviour, where, key)
     if values.get("behaviour_roles") is not None:
         values["behaviour_roles"] = _role_list(values["behaviour_roles"], where, key)
+    if values.get("sm_majors") is not None:
+        values["sm_majors"] = _sm_majors(values["sm_majors"], where, key)
     if behaviour == "nan_batched":
         values.setdefault("nan_min_batch", 2)
     elif behaviour == "nan":
@@ -191,6 +196,16 @@ def _role_list(raw: Any, where: str, key: str) -> tuple[str, ...]:
     """`behaviour_roles`: a non-empty list of prefill / decode."""
     if not isinstance(raw, list) or not raw or any(v not in ("prefill", "decode") for v in raw):
         raise fail(where, f"{key}.behaviour_roles", "a non-empty list of prefill, decode", raw)
+    return tuple(raw)
+
+
+def _sm_majors(raw: Any, where: str, key: str) -> tuple[int, ...]:
+    """`sm_majors`: the GPU architectures (compute-capability majors) a backend runs on."""
+    bad = [v for v in raw if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 99] if isinstance(
+        raw, list
+    ) else [raw]
+    if bad or not raw:
+        raise fail(where, f"{key}.sm_majors", "a non-empty list of SM majors like [9, 10]", raw)
     return tuple(raw)
 
 
@@ -257,6 +272,8 @@ BACKEND_FIELDS = {
     "nan_graph_only": Field(kind="bool", default=False),
     "behaviour_kv_dtypes": Field(kind="any", optional=True, default=None),  # checked by _kv_dtype_list
     "behaviour_roles": Field(kind="any", optional=True, default=None),  # checked by _role_list
+    "sm_majors": Field(kind="any", optional=True, default=None),  # checked by _sm_majors
+    "arch_error": Field(kind="str", default=""),
 }
 
 

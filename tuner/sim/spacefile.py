@@ -44,7 +44,7 @@ class SpaceParam:
     """One searched knob as the oracle needs it."""
 
     name: str
-    kind: str  # float | int | categorical | bool | cuda_graph | backend_pair
+    kind: str  # float | int | categorical | bool | cuda_graph | backend_pair | attention_backends
     flag: str
     values: tuple[Any, ...]  # every value the oracle tries (encoded)
     when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
@@ -150,6 +150,11 @@ def _param_tokens(param: SpaceParam, value: Any, table: OptionTable) -> list[str
     if param.kind == "backend_pair":
         prefill, decode = value.split("/")
         return [_spelling(table, "prefill"), prefill, _spelling(table, "decode"), decode]
+    if param.kind == "attention_backends":  # tuner.knobs.attention_backends, read independently
+        prefill, decode = value.split("/")
+        if prefill == decode:
+            return ["--attention-backend", prefill]
+        return ["--prefill-attention-backend", prefill, "--decode-attention-backend", decode]
     return _flag_tokens(f"--{param.flag}", value)
 
 
@@ -193,6 +198,9 @@ def encode(kind: str, raw: Any) -> Any:
         return text if re.fullmatch(r"(max|bs):[\d,]+", text) else "bs:" + text.strip("[]")
     if kind == "backend_pair":
         return "/".join(p.strip() for p in str(raw).split("/"))
+    if kind == "attention_backends":
+        parts = [p.strip() for p in str(raw).split("/")]
+        return "/".join(parts * 2 if len(parts) == 1 else parts)
     if kind == "float" and not isinstance(raw, bool) and isinstance(raw, (int, float)):
         return float(raw)
     return raw

@@ -9,16 +9,11 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from tuner.knobs.registry import knob_flagged, knob_kinds, knob_of
 from tuner.secrets import is_secret_flag, is_secret_name, redact_shapes
 from tuner.sglang.knobs import (
     FlagContext,
-    check_scalar,
     find_flag,
-    is_switch,
-    owner_of,
-    sparse_backend_choices,
-    takes_list,
-    unknown_flag_message,
 )
 from tuner.sglang.structured import STRUCTURED
 from tuner.space.params import (
@@ -30,11 +25,11 @@ from tuner.space.params import (
     Target,
     condition_holds,
     encode_value,
-    mem_fraction_problem,
     same_value,
     show_choice,
 )
 from tuner.space.source import Section, Source, python_value, show
+from tuner.space.targets import check_target
 
 _KIND_KEYS = {
     ParamKind.FLOAT: ("name", "kind", "flag", "low", "high", "step", "log", "when"),
@@ -47,6 +42,11 @@ _KIND_KEYS = {
 # A structured knob's kind -> its default param name and Target (tuner.sglang.structured).
 _DEFAULT_NAMES = {ParamKind(k.kind): k.name for k in STRUCTURED}
 _TARGETS = {ParamKind(k.kind): Target(k.name) for k in STRUCTURED}
+# Knob objects with TrialConfig fields -> their Target (the others set flags: Target.KNOB).
+_KNOB_TARGETS = {"mem_fraction": Target.MEM_FRACTION, **{k.kind: Target(k.name) for k in STRUCTURED}}
+# A knob object's shape -> the param kind that samples it (tuner.knobs.protocol).
+_SHAPES = {"pair": ParamKind.BACKEND_PAIR, "graphs": ParamKind.CUDA_GRAPH}
+_KNOB_KEYS = ("name", "kind", "choices", "when")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,14 +73,21 @@ def parse_params(src: Source, nodes: list[Node], ctx: FlagContext) -> tuple[Para
     for index, node in enumerate(nodes):
         where = f"params[{index}]"
         kind_sec = Section(src, node, where, None)
-        kind_text = kind_sec.get_choice("kind", [k.value for k in ParamKind])
-        kind = ParamKind(kind_text)
-        sec = Section(src, node, where, _KIND_KEYS[kind])
-        param = _parse_param(sec, kind, params, ctx)
+        kinds = dict.fromkeys([*(k.value for k in ParamKind), *knob_kinds()])
+        kind_text = kind_sec.get_choice("kind", list(kinds))
+        knob = knob_of(kind_text) if kind_text in knob_kinds() else None
+        kind = _SHAPES[knob.shape] if knob is not None else ParamKind(kind_text)
+        sec = Section(src, node, where, _KNOB_KEYS if knob is not None else _KIND_KEYS[kind])
+        param = _parse_param(sec, kind, params, ctx, knob=kind_text if knob is not None else None)
         if any(p.name == param.name for p in params):
             first = next(p for p in params if p.name == param.name)
             raise sec.error("name", f"duplicate param name {param.name!r} (first defined at {first.source})")
         target_key = param.flag if param.target is Target.FLAG else param.target.value
+        if param.knob is not None:
+            target_key = param.knob
+            clash = next((targets[d] for d in sorted(knob_of(param.knob).owned) if d in targets), None)
+            if clash is not None:
+                raise sec.error("kind", f"{param.name} sets the same SGLang setting as param {clash!r}")
         if param.target is Target.FLAG:
             spec = find_flag(ctx, param.flag or "")
             target_key = spec.dest if spec else target_key
@@ -89,13 +96,18 @@ def parse_params(src: Source, nodes: list[Node], ctx: FlagContext) -> tuple[Para
                 "name", f"{param.name} sets the same SGLang setting as param {targets[target_key]!r}"
             )
         targets[target_key or ""] = param.name
+        for dest in knob_of(param.knob).owned if param.knob is not None else ():
+            targets[dest] = param.name
         params.append(param)
     return tuple(params)
 
 
-def _parse_param(sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagContext) -> Param:
+def _parse_param(
+    sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagContext, *, knob: str | None = None
+) -> Param:
     flag = sec.get_str("flag", None, pattern=r"[a-z0-9][a-z0-9-]*", what="a flag name without dashes")
-    name = sec.get_str("name", flag or _DEFAULT_NAMES.get(kind), pattern=PARAM_NAME, what="a param name")
+    default = knob_of(knob).name if knob is not None else flag or _DEFAULT_NAMES.get(kind)
+    name = sec.get_str("name", default, pattern=PARAM_NAME, what="a param name")
     if name is None:
         raise sec.error("name", "required key is missing (or give flag:)")
     if name in RESERVED_NAMES:
@@ -107,11 +119,12 @@ def _parse_param(sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagC
             f"{flag or name} takes a credential, which is never searched (it would be stored and shown "
             "with every trial); set it in fixed: or env: from ${VAR}",
         )
-    target = _TARGETS.get(kind, Target.FLAG)
+    target = _KNOB_TARGETS.get(knob, Target.KNOB) if knob is not None else _TARGETS.get(kind, Target.FLAG)
     if target is Target.FLAG:
         flag = flag or name
-        if flag == "mem-fraction-static":
-            target = Target.MEM_FRACTION
+        flagged = knob_flagged(flag)
+        if flagged is not None:  # a knob a plain param selects by its flag, read as the kind written
+            knob, target = flagged.kind, _KNOB_TARGETS.get(flagged.kind, Target.KNOB)
     source = sec.src.where(sec.node)
     when = _parse_when(sec, earlier)
     if kind in (ParamKind.FLOAT, ParamKind.INT):
@@ -127,15 +140,17 @@ def _parse_param(sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagC
             log=log,
             when=when,
             source=source,
+            knob=knob,
         )
     elif kind is ParamKind.BOOL:
         param = Param(
-            name=name, kind=kind, target=target, flag=flag, choices=(False, True), when=when, source=source
-        )
+            name=name, kind=kind, target=target, flag=flag, choices=(False, True), when=when, source=source,
+            knob=knob,
+        )  # fmt: skip
     else:
-        param = Param(name=name, kind=kind, target=target, flag=flag, when=when, source=source)
+        param = Param(name=name, kind=kind, target=target, flag=flag, when=when, source=source, knob=knob)
         param = _with_choices(sec, param)
-    _check_target(sec, param, ctx)
+    check_target(sec, param, ctx)
     return param
 
 
@@ -190,93 +205,6 @@ def _with_choices(sec: Section, param: Param) -> Param:
 
 def _fields(param: Param) -> dict[str, Any]:
     return {f.name: getattr(param, f.name) for f in fields(param)}
-
-
-def _check_target(sec: Section, param: Param, ctx: FlagContext) -> None:
-    if param.target is Target.MEM_FRACTION:
-        _check_mem_fraction(sec, param)
-    elif param.target is Target.BACKEND_PAIR:
-        _check_backends(sec, param, ctx)
-    elif param.target is Target.FLAG:
-        _check_flag_param(sec, param, ctx)
-
-
-def _check_mem_fraction(sec: Section, param: Param) -> None:
-    if param.kind is ParamKind.FLOAT:
-        if param.low is not None and param.low <= 0:
-            raise sec.error("low", f"low must be > 0 (got {param.low:g})")
-        if param.high is not None and param.high > 1.0:
-            raise sec.error("high", f"high must be ≤ 1.0 (got {param.high:g})")
-    elif param.kind is ParamKind.CATEGORICAL:
-        for c in param.choices:
-            if mem_fraction_problem(c):
-                raise sec.error("choices", f"choices must be numbers in (0, 1] (got {show_choice(c)})")
-    else:
-        raise sec.error(
-            "kind", f"mem-fraction-static needs kind float or categorical (got {param.kind.value})"
-        )
-
-
-def _check_backends(sec: Section, param: Param, ctx: FlagContext) -> None:
-    valid = sparse_backend_choices(ctx)
-    if valid is None:
-        raise sec.error("kind", f"{ctx.note} has no --nsa-/--dsa-*-backend flags for a backend_pair")
-    for node, code in zip(sec.seq("choices"), param.choices, strict=True):
-        prefill, decode = code.split("/")
-        for side, backend, allowed in (("prefill", prefill, valid[0]), ("decode", decode, valid[1])):
-            if backend not in allowed:
-                raise sec.src.error(
-                    node,
-                    f"{param.name}.choices",
-                    f"{side} backend {backend!r} is not valid for {ctx.note}; "
-                    f"expected one of {', '.join(allowed)}",
-                )
-
-
-def _check_flag_param(sec: Section, param: Param, ctx: FlagContext) -> None:
-    key = "flag" if "flag" in sec else "name"
-    flag = param.flag or ""
-    spec = find_flag(ctx, flag)
-    if spec is None:
-        raise sec.error(key, unknown_flag_message(ctx, flag))
-    owner = owner_of(spec)
-    if owner == "launcher":
-        raise sec.error(key, f"--{flag} is set by the tuner for every trial (use the top-level host: key)")
-    if owner is not None:
-        raise sec.error(
-            key,
-            f"--{flag} is set through the {owner} knob; use a param of kind {owner}"
-            if owner != "mem-fraction-static"
-            else f"--{flag} needs the param name mem-fraction-static",
-        )
-    if takes_list(spec):
-        raise sec.error(key, f"--{flag} takes a list; only the cuda_graph kind searches lists")
-    if param.kind is ParamKind.BOOL:
-        if not is_switch(spec):
-            raise sec.error(
-                "kind", f"--{flag} takes a value of type {spec.value_type}, so it cannot be kind bool"
-            )
-        return
-    if is_switch(spec):
-        raise sec.error("kind", f"--{flag} is a switch; use kind bool")
-    if param.kind in (ParamKind.FLOAT, ParamKind.INT):
-        if spec.choices:
-            raise sec.error(
-                "kind", f"--{flag} has fixed choices ({', '.join(spec.choices)}); use kind categorical"
-            )
-        if spec.value_type == "str" or (param.kind is ParamKind.FLOAT and spec.value_type == "int"):
-            raise sec.error(
-                "kind", f"--{flag} takes a value of type {spec.value_type}, not kind {param.kind.value}"
-            )
-        return
-    for node, choice in zip(sec.seq("choices"), param.choices, strict=True):
-        if choice is None:
-            continue  # null = leave SGLang's default
-        problem = check_scalar(spec, choice)
-        if problem:
-            raise sec.src.error(
-                node, f"{param.name}.choices", f"--{flag}: {problem} (got {show_choice(choice)})"
-            )
 
 
 def _parse_when(sec: Section, earlier: list[Param]) -> tuple[Condition, ...]:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 
 from tuner.config import FlagValue
+from tuner.knobs.registry import knob_of
 from tuner.names import control_problem
 from tuner.sglang.knobs import FlagContext, check_value, find_flag, owner_of, unknown_flag_message
 from tuner.sglang.structured import STRUCTURED
@@ -83,6 +84,8 @@ def parse_fixed_flags(
         spec = find_flag(ctx, p.flag or "") if p.target is Target.FLAG else None
         if spec is not None:
             param_dests[spec.dest] = p.name
+        for dest in knob_of(p.knob).owned if p.knob is not None else ():
+            param_dests[dest] = p.name
     seen: dict[str, str] = {}
     out: list[tuple[str, FlagValue]] = []
     for key in sec.names():

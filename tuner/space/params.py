@@ -9,14 +9,15 @@ sparse-attention backend pair is one categorical of "prefill/decode" strings.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from tuner.config import CudaGraph
+from tuner.knobs.cuda_graph import DESTS as _GRAPH_DESTS
+from tuner.knobs.cuda_graph import batch_list, encode_cuda_graph
+from tuner.knobs.mem_fraction import problem as mem_fraction_problem
+from tuner.knobs.registry import knob_of
 from tuner.names import control_problem
-from tuner.sglang.structured import CUDA_GRAPH
 
 PARAM_NAME = r"[A-Za-z][A-Za-z0-9_.-]*"
 RESERVED_NAMES = frozenset({"reason"})
@@ -39,6 +40,7 @@ class Target(str, Enum):
     MEM_FRACTION = "mem_fraction_static"
     CUDA_GRAPH = "cuda_graph"
     BACKEND_PAIR = "sparse_backends"
+    KNOB = "knob"  # a knob object of tuner.knobs (Param.knob names its kind)
     FLAG = "flag"
 
 
@@ -70,6 +72,7 @@ class Param:
     choices: tuple[Any, ...] = ()  # encoded values for discrete kinds
     when: tuple[Condition, ...] = ()
     source: str = ""  # "file:line" of the definition
+    knob: str | None = None  # for Target.KNOB: the knob's kind (tuner.knobs)
 
     @property
     def is_discrete(self) -> bool:
@@ -127,45 +130,7 @@ def show_choice(value: Any) -> str:
     return str(value)
 
 
-# --- CUDA graph encoding -------------------------------------------------------------------------
-
-
-MAX_BATCH_SIZE = 1 << 20  # far above any CUDA-graph batch size; a larger one cannot be stored or run
-
-
-def encode_cuda_graph(raw: Any) -> str:
-    """ "off" | "on" | "max:N" | "bs:1,2,4" from YAML/CLI forms; ValueError otherwise.
-
-    Accepted: off/false, on/true (SGLang's default list), an integer (max batch size from which
-    SGLang derives its default list), an explicit ascending list of batch sizes, or an encoded string.
-    """
-    if raw is False or (isinstance(raw, str) and raw.strip().lower() in ("off", "false", "disabled")):
-        return "off"
-    if raw is True or (isinstance(raw, str) and raw.strip().lower() in ("on", "true", "default")):
-        return "on"
-    if isinstance(raw, int):
-        if not 1 <= raw <= MAX_BATCH_SIZE:
-            raise ValueError(f"a max batch size from 1 to {MAX_BATCH_SIZE:,}")
-        return f"max:{raw}"
-    if isinstance(raw, (list, tuple)):
-        return "bs:" + ",".join(str(b) for b in _batch_list(list(raw)))
-    if isinstance(raw, str):
-        text = raw.strip().replace(" ", "")
-        if text.startswith("max:") and text[4:].isdigit():
-            return encode_cuda_graph(int(text[4:]))
-        if text.isdigit():
-            return encode_cuda_graph(int(text))
-        body = (text[3:] if text.startswith("bs:") else text).strip("[]")
-        if re.fullmatch(r"\d+(,\d+)*", body):
-            return "bs:" + ",".join(str(b) for b in _batch_list([int(x) for x in body.split(",")]))
-    raise ValueError("off, on, a max batch size (integer) or a list of batch sizes")
-
-
-def mem_fraction_problem(value: object) -> str | None:
-    """Why `value` is not a --mem-fraction-static (a number in (0, 1]), or None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1.0:
-        return "expected a number in (0, 1]"
-    return None
+# --- ranges of fixed values (a CUDA-graph setting is read by its knob: tuner.knobs.cuda_graph) -------
 
 
 # Parallelism sizes: a count of GPUs or nodes, so at least 1 (min_gpus multiplies them).
@@ -175,8 +140,8 @@ POSITIVE_DESTS = frozenset(
         *("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "expert_parallel_size"),
     }
 )
-_BS_DESTS = frozenset(CUDA_GRAPH.dests["bs"])
-_MAX_BS_DESTS = frozenset(CUDA_GRAPH.dests["max_bs"])
+_BS_DESTS = frozenset(_GRAPH_DESTS["bs"])
+_MAX_BS_DESTS = frozenset(_GRAPH_DESTS["max_bs"])
 
 
 def fixed_value_problem(dest: str, value: object) -> str | None:
@@ -191,7 +156,7 @@ def fixed_value_problem(dest: str, value: object) -> str | None:
         if dest in _MAX_BS_DESTS and isinstance(value, int):
             encode_cuda_graph(value)
         elif dest in _BS_DESTS and isinstance(value, (list, tuple)):
-            _batch_list(list(value))
+            batch_list(list(value))
     except ValueError as exc:
         return f"expected {exc}"
     if dest in POSITIVE_DESTS and isinstance(value, int) and not isinstance(value, bool) and value < 1:
@@ -199,40 +164,7 @@ def fixed_value_problem(dest: str, value: object) -> str | None:
     return None
 
 
-def _batch_list(items: list[Any]) -> list[int]:
-    if not items:
-        raise ValueError("a non-empty list of batch sizes")
-    for b in items:
-        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch sizes that are integers from 1 to {MAX_BATCH_SIZE:,}")
-    if any(b >= c for b, c in zip(items, items[1:], strict=False)):
-        raise ValueError("strictly ascending batch sizes")
-    return items
-
-
-def decode_cuda_graph(code: str) -> CudaGraph:
-    """The TrialConfig value of an encoded CUDA-graph choice."""
-    if code == "off":
-        return CudaGraph(enabled=False)
-    if code == "on":
-        return CudaGraph(enabled=True)
-    if code.startswith("max:"):
-        return CudaGraph(enabled=True, max_bs=int(code[4:]))
-    if code.startswith("bs:"):
-        return CudaGraph(enabled=True, bs=tuple(int(b) for b in code[3:].split(",")))
-    raise ValueError(f"not an encoded CUDA-graph choice: {code!r}")
-
-
-# --- backend pairs -------------------------------------------------------------------------------
-
-
-def encode_backend_pair(raw: Any) -> str:
-    """ "prefill/decode" from the same string (spaces ignored); ValueError otherwise."""
-    if isinstance(raw, str):
-        parts = [p.strip() for p in raw.split("/")]
-        if len(parts) == 2 and all(re.fullmatch(r"[A-Za-z0-9_.-]+", p) for p in parts):
-            return f"{parts[0]}/{parts[1]}"
-    raise ValueError('a "prefill/decode" backend pair such as trtllm/trtllm')
+# --- backend pairs (read by their knob objects: tuner.knobs) ----------------------------------------
 
 
 def split_backend_pair(code: str) -> tuple[str, str]:
@@ -247,10 +179,8 @@ def encode_value(param: Param, raw: Any) -> Any:
     """A raw YAML value for `param` in the form the sampler stores; ValueError with what was expected."""
     if isinstance(raw, str) and control_problem(raw):
         raise ValueError("printable text (no control characters: it becomes part of a launch command)")
-    if param.kind is ParamKind.CUDA_GRAPH:
-        return encode_cuda_graph(raw)
-    if param.kind is ParamKind.BACKEND_PAIR:
-        return encode_backend_pair(raw)
+    if param.knob is not None and knob_of(param.knob).flag is None:  # else read as its kind
+        return knob_of(param.knob).encode(raw)
     if param.kind is ParamKind.BOOL:
         if not isinstance(raw, bool):
             raise ValueError("true or false")
@@ -273,10 +203,8 @@ def parse_text(param: Param, text: str) -> Any:
     stripped = text.strip()
     if control_problem(stripped):
         raise ValueError("printable text (no control characters: it becomes part of a launch command)")
-    if param.kind is ParamKind.CUDA_GRAPH:
-        return encode_cuda_graph(stripped)
-    if param.kind is ParamKind.BACKEND_PAIR:
-        return encode_backend_pair(stripped)
+    if param.knob is not None and knob_of(param.knob).flag is None:
+        return knob_of(param.knob).encode(stripped)
     if param.kind is ParamKind.BOOL:
         return _parse_bool(stripped)
     if param.kind is ParamKind.FLOAT:

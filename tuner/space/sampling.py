@@ -13,17 +13,16 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tuner.config import CudaGraph, FlagValue, TrialConfig
+from tuner.config import FlagValue, TrialConfig
 from tuner.errors import ConfigError
+from tuner.knobs.registry import knob_of
 from tuner.settings import show
 from tuner.space.build import Forbidden, forbidden_match
 from tuner.space.params import (
     Param,
     ParamKind,
-    Target,
     clean_float,
     condition_holds,
-    decode_cuda_graph,
     encode_value,
     parse_text,
     show_choice,
@@ -174,31 +173,22 @@ def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> Tria
 
 
 def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
-    mem: float | None = None
-    graph: CudaGraph | None = None
-    prefill = decode = None
     flags: list[tuple[str, FlagValue]] = []
+    knobs: list[tuple[str, str]] = []
     for p in space.params:
         if p.name not in values:
             continue
         value = values[p.name]
         if p.kind is ParamKind.FLOAT:
             value = clean_float(p, float(value))
-        if p.target is Target.MEM_FRACTION:
-            mem = float(value)
-        elif p.target is Target.CUDA_GRAPH:
-            graph = decode_cuda_graph(value)
-        elif p.target is Target.BACKEND_PAIR:
-            prefill, decode = split_backend_pair(value)
+        if p.knob is not None:
+            knobs.append((p.knob, str(value)))
         elif value is not None:
             flags.append((p.flag or p.name, value))
-    return TrialConfig(
-        mem_fraction_static=mem,
-        cuda_graph=graph,
-        sparse_prefill_backend=prefill,
-        sparse_decode_backend=decode,
-        flags=tuple(flags),
-    )
+    config = TrialConfig(flags=tuple(flags))
+    for kind, value in knobs:
+        config = knob_of(kind).apply(value, config)
+    return config
 
 
 def forbidden_reason(space: SearchSpace, params: Mapping[str, object]) -> str | None:

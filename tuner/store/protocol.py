@@ -1,4 +1,5 @@
-"""What the study and the report need of a result store (SqlStore is the one adapter; tests have a fake)."""
+"""What the study and the report need of a result store (SqlStore is the one adapter; tests have a fake),
+and the one way to get one (StoreOpener; tuner.store.factory.open_store opens the URL)."""
 
 from __future__ import annotations
 
@@ -72,4 +73,17 @@ class ResultStore(Protocol):
 
     def close(self) -> None:
         """Release what the store holds."""
+        ...
+
+    def __enter__(self) -> ResultStore: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class StoreOpener(Protocol):
+    """How readers and writers get a store: from the database URL (tuner.store.factory.open_store;
+    tests hand in one that returns a FakeStore)."""
+
+    def __call__(self, url: str, *, create: bool = True) -> ResultStore:
+        """The store at `url`; `create=False`: it must exist and be the tuner's (reports, status)."""
         ...

@@ -23,8 +23,9 @@ from tuner.errors import ConfigError, ProfileError
 from tuner.result import TrialResult
 from tuner.session import key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params
+from tuner.store.factory import open_store
+from tuner.store.protocol import StoreOpener
 from tuner.store.rows import StoredTrial
-from tuner.store.sql import SqlStore
 from tuner.study.repeat import record_repeat
 from tuner.trial import run_trial
 
@@ -58,13 +59,14 @@ def confirm(
     trial: int | None = None,
     repeats: int = 3,
     on_result: Callable[[int, TrialResult], None] | None = None,
+    stores: StoreOpener = open_store,
 ) -> ConfirmRun:
     """Relaunch the recorded `original` (trial `trial`, or the one chosen for the caller) `repeats`
     times and record every run."""
     if repeats < 1:
         raise ConfigError(f"--repeats: expected at least 1 (got {repeats})")
     name = study
-    with SqlStore(db_url, create=False) as store:
+    with stores(db_url, create=False) as store:
         number = original.trial_number if trial is None else trial
         try:
             config = config_from_params(space, original.params)

@@ -30,7 +30,6 @@ from tuner.errors import StoreError, StoreLostError
 from tuner.store.connect import mask_url
 from tuner.store.health import StoreWatch
 from tuner.store.protocol import ResultStore
-from tuner.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ def finish_recorded(study: optuna.Study, store: ResultStore, study_name: str, tr
 
 
 @contextlib.contextmanager
-def store_guard(store: SqlStore, watch: StoreWatch) -> Iterator[None]:
+def store_guard(store: ResultStore, watch: StoreWatch) -> Iterator[None]:
     """Turn a database failure anywhere in the block into one StoreLostError line naming the database."""
     try:
         yield

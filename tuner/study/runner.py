@@ -37,9 +37,10 @@ from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
 from tuner.space.params import Target
 from tuner.space.sampling import sampler_params
+from tuner.store.factory import open_store
 from tuner.store.health import StoreWatch
 from tuner.store.preflight import check_database
-from tuner.store.sql import SqlStore
+from tuner.store.protocol import StoreOpener
 from tuner.study import fill, finalists
 from tuner.study.backoff import InfraBackoff
 from tuner.study.claims import claim_launch
@@ -74,6 +75,7 @@ class StudyRunner:
         progress: bool = False,
         warm_start: WarmStart | None = None,
         execute: Execute = run_trial,
+        stores: StoreOpener = open_store,
     ) -> None:
         self.space = space
         self.db_url = db_url
@@ -81,7 +83,7 @@ class StudyRunner:
         check_database(db_url, create=True)  # refuse a bad database before touching it
         self.lock = worker_lock(db_url, self.run_dir, study_name or space.study_name)
         with ask_lock(self.lock):  # first creation of the tables must not race another worker
-            self.store = SqlStore(db_url)
+            self.store = stores(db_url)
             self.study = open_study(space, db_url, study_name)
         self.watch = StoreWatch(db_url)  # the file vanishing or replaced stops the run
         self.backoff = InfraBackoff.from_budget(space.budget, INTERRUPTS.nap)

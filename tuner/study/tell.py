@@ -26,7 +26,7 @@ from tuner.result import TrialResult
 from tuner.search.policy import Decision
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective
-from tuner.store.sql import SqlStore
+from tuner.store.protocol import ResultStore
 from tuner.study.asks import Fate
 from tuner.study.durable import mark_pending
 from tuner.study.learn import PRUNED, evidence_attrs
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 class Teller:
     """Judges, records and tells the trials of one study."""
 
-    def __init__(self, study: optuna.Study, store: SqlStore, space: SearchSpace, run_dir: Path) -> None:
+    def __init__(self, study: optuna.Study, store: ResultStore, space: SearchSpace, run_dir: Path) -> None:
         self.study = study
         self.store = store
         self.space = space

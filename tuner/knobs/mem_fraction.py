@@ -1,0 +1,53 @@
+"""The static memory fraction (--mem-fraction-static): the share of GPU memory for weights and KV.
+
+A plain param selects it by its flag: `name: mem-fraction-static` (or `flag:`), read as the kind
+written (float range, or categorical numbers). Every value must lie in (0, 1]: SGLang sizes the KV
+pool from it (KV bytes = fraction x total - weights - reserve), so a range outside is refused at the
+line of the end that leaves it. It sets TrialConfig.mem_fraction_static, rendered as
+--mem-fraction-static in every release.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tuner.config import TrialConfig
+from tuner.knobs.protocol import Options, Shape
+
+
+def problem(value: object) -> str | None:
+    """Why `value` is not a --mem-fraction-static (a number in (0, 1]), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1.0:
+        return "expected a number in (0, 1]"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class MemFraction:
+    """The mem-fraction-static knob (tuner.knobs.protocol.Knob)."""
+
+    kind: str = "mem_fraction"
+    name: str = "mem-fraction-static"
+    flag: str | None = "mem-fraction-static"
+    shape: Shape = "number"
+    owned: frozenset[str] = frozenset({"mem_fraction_static"})
+
+    def encode(self, raw: object) -> float:
+        number = float(raw.strip()) if isinstance(raw, str) else raw
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            raise ValueError("a finite number")
+        return float(number)
+
+    def check(self, value: Any, options: Options) -> str | None:
+        return problem(value)
+
+    def apply(self, value: Any, config: TrialConfig) -> TrialConfig:
+        return replace(config, mem_fraction_static=float(value))
+
+    def show(self, value: Any) -> str:
+        return f"{float(value):g}"
+
+
+KNOB = MemFraction()
