@@ -246,15 +246,7 @@ class ServerProcess:
         paths = ["/server_info", "/get_server_info"]
         if version_key(self.spec.sglang_version) < (0, 5, 6, 0):
             paths.reverse()
-        for path in paths:
-            try:
-                resp = client.get(path)
-            except httpx.HTTPError:
-                continue
-            data = json_object(resp) if resp.status_code == 200 else None
-            if data is not None:
-                return data
-        return None
+        return _first_info(client, paths)
 
     def _launch_failure(self) -> Failure | None:
         """A Failure if the process exited or printed a fatal line; None while still healthy."""
@@ -363,7 +355,12 @@ def server_info(
 ) -> dict[str, Any] | None:
     """/server_info (or /get_server_info before 0.5.6) of a running server; None if neither answers."""
     client = SyncClient(base_url, timeout_s=timeout_s, auth=httpx_auth(auth))
-    for path in ("/server_info", "/get_server_info"):
+    return _first_info(client, ("/server_info", "/get_server_info"))
+
+
+def _first_info(client: SyncClient, paths: Sequence[str]) -> dict[str, Any] | None:
+    """The first of `paths` that answers 200 with a JSON object; None if none does."""
+    for path in paths:
         try:
             resp = client.get(path)
         except httpx.HTTPError:
