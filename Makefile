@@ -40,7 +40,7 @@ unit: venv
 	$(BIN)/python -m pytest -q tests/unit
 
 # The chaos suite at full size (tests/chaos: 20 + 10 kills, 20 signals, workers, broken machines) and the
-# multi-worker studies (eight PostgreSQL hosts, four parallel workers stopped and resumed), ~5 min.
+# multi-worker studies (eight PostgreSQL hosts, four parallel workers stopped and resumed) and the kill-and-resume studies, ~8 min.
 chaos: venv
 	TUNER_CHAOS=full $(BIN)/python -m pytest -q -s -m chaos tests/chaos tests/integration
 

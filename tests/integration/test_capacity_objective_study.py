@@ -44,6 +44,7 @@ def _points(db: Path) -> list[tuple[str, float]]:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.chaos  # a SIGKILL inside a load search, then a resume: run with the storms (make chaos)
 def test_sigkill_inside_a_load_search_resumes_it_without_losing_or_repeating_points(tmp_path: Path) -> None:
     (tmp_path / "space.yaml").write_text(SPACE.read_text())
     db = tmp_path / "exp.db"

@@ -92,6 +92,7 @@ def test_a_study_never_launches_where_a_failure_already_proved_it_would_fail(tmp
     assert "not launched:" in out and "pruned by" in out  # pruned asks are counted and grouped by rule
 
 
+@pytest.mark.chaos  # two workers at once, then a resume: run with the storms (make chaos)
 def test_two_workers_and_a_resume_never_launch_the_same_configuration_twice(tmp_path: Path) -> None:
     workers = [run(tmp_path, "--trials", "6") for _ in range(2)]
     for w in workers:

@@ -23,7 +23,8 @@ from support.cli import tiny_space
 
 from tuner.store.sql import SqlStore
 
-pytestmark = pytest.mark.integration
+# SIGKILL and SIGINT of whole studies at every stage, and two workers: they run with the storms (make chaos)
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET = 2
