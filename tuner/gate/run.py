@@ -42,6 +42,7 @@ from tuner.gate.checks import (
     summarize,
     validate_settings,
 )
+from tuner.gate.greedy import greedy
 from tuner.gate.load import BURST_TRIES, BurstLoad, client_overlap
 from tuner.gate.reference import GreedyOutput, ReferenceBook, ReferenceCheck, agreements
 from tuner.gate.settings import GatePrompt, GateSettings
@@ -312,14 +313,14 @@ class _Run:
     async def _timed_greedy(self, client: httpx.AsyncClient, prompt: str) -> GreedyOutput:
         t0 = time.perf_counter()
         try:
-            return await _greedy(client, prompt, self.settings.reference.tokens)
+            return await greedy(client, prompt, self.settings.reference.tokens)
         finally:
             self.spans.append((t0, time.perf_counter()))
 
     async def _agreement(self, client: httpx.AsyncClient) -> ReferenceCheck:
         """This server's greedy outputs against the reference (or recorded as the reference)."""
         wanted = self.settings.reference
-        outputs = tuple([await _greedy(client, p, wanted.tokens) for p in wanted.prompts])
+        outputs = tuple([await greedy(client, p, wanted.tokens) for p in wanted.prompts])
         known = self.book.answers() if self.book is not None else None
         if known is None:
             recorded = self.book is not None and self.book.record(outputs, self.model)
@@ -360,55 +361,6 @@ class _Run:
         if round_ is GateRound.BURST:
             self.spans.append((t0, t1))
         self.answers.append(GateAnswer(**where, **fields, latency_s=t1 - t0))
-
-
-async def _greedy(client: httpx.AsyncClient, prompt: str, tokens: int) -> GreedyOutput:
-    """The greedy continuation of a raw prompt through SGLang's native /generate (token ids when given)."""
-    payload = {
-        "text": prompt,
-        "sampling_params": {"temperature": 0, "max_new_tokens": tokens},
-        "return_logprob": True,  # meta_info.output_token_logprobs carries the ids where output_ids is absent
-        "top_logprobs_num": 2,  # the top-1/top-2 gap per position tells a near-tie
-        "stream": False,
-    }
-    response = await client.post("/generate", json=payload)
-    response.raise_for_status()
-    body = response.json()
-    if isinstance(body, list) and body:
-        body = body[0]
-    if not isinstance(body, dict):
-        raise ValueError(f"/generate answered {type(body).__name__} {str(body)[:60]!r}, not an object")
-    ids = body.get("output_ids")
-    meta = body.get("meta_info")
-    meta = meta if isinstance(meta, dict) else {}
-    if not isinstance(ids, list):
-        logprobs = meta.get("output_token_logprobs")
-        ids = [_token_id(entry) for entry in logprobs] if isinstance(logprobs, list) else None
-    if isinstance(ids, list) and not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-        raise ValueError("/generate: output token ids are not all integers")
-    token_ids = tuple(ids) if isinstance(ids, list) else None
-    top2 = _top2(meta.get("output_top_logprobs"))
-    return GreedyOutput(prompt=prompt, token_ids=token_ids, text=str(body.get("text", "")), top2=top2)
-
-
-def _top2(value: object) -> tuple[tuple[tuple[int, float], ...], ...] | None:
-    """SGLang's meta_info.output_top_logprobs (per position: [logprob, token id, text], most likely
-    first) as (token id, logprob) pairs; None when absent or not of that shape."""
-    if not isinstance(value, list):
-        return None
-    try:
-        return tuple(
-            tuple((int(entry[1]), float(entry[0])) for entry in (pos or [])[:2]) for pos in value
-        )
-    except (TypeError, ValueError, IndexError):
-        return None
-
-
-def _token_id(entry: object) -> object:
-    """The token id of one `output_token_logprobs` entry ([logprob, id, text]); ValueError when short."""
-    if not isinstance(entry, (list, tuple)) or len(entry) < 2:
-        raise ValueError(f"/generate: a logprob entry {str(entry)[:40]!r} has no token id")
-    return entry[1]
 
 
 async def _post(client: httpx.AsyncClient, prompt: GatePrompt, payload: dict[str, Any]) -> dict[str, Any]:

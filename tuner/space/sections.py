@@ -19,17 +19,19 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from tuner.bench.settings import BenchSettings
-from tuner.config import MAX_GPU_INDEX, LaunchTimeouts
+from tuner.config import LaunchTimeouts
 from tuner.errors import ConfigError
 from tuner.gate.settings import GateSettings
 from tuner.metrics import ALIASES, DEFAULT_OBJECTIVES, OPTIMISABLE, Direction, canonical, direction_of
-from tuner.names import NAME_PATTERN, control_problem, name_problem, version_problem
+from tuner.names import NAME_PATTERN, control_problem
 from tuner.settings import Duration, Settings, mistake, non_empty, show, space_dir
 from tuner.sglang.knobs import VERSION_PATTERN, check_version_text
+from tuner.space.field_checks import gpus_field as _gpus
+from tuner.space.field_checks import space_name_field as _space_name
+from tuner.space.field_checks import version_field as _version
 from tuner.space.sim_inject import sim_inject_problem
 
 SIM_DEFAULT_SGLANG_VERSION = "0.5.9"
-MAX_SPACE_NAME_LEN = 100  # the study name adds -vVERSION; the store's columns hold 255 characters
 
 
 def _release(value: object) -> object:
@@ -301,35 +303,6 @@ class LineAware:
 
 LINE_AWARE = LineAware()
 ReadByLine = Annotated[object, LINE_AWARE]
-
-
-def _version(value: object) -> object:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip():
-        raise mistake(f"expected an integer or a short string (got {show(value)})")
-    problem = version_problem(value)
-    if problem:  # it becomes part of the study name and of the runs/ folder
-        raise mistake(f"{problem}: it names the study and its runs/ folder (got {show(str(value)[:60])})")
-    return value
-
-
-def _space_name(value: object) -> object:
-    if isinstance(value, str) and (problem := name_problem(value, limit=MAX_SPACE_NAME_LEN)):
-        raise mistake(f"{problem} (got {show(value[:60])})")
-    return value
-
-
-def _gpus(value: object) -> object:
-    if value in ("all", None):
-        return ()
-    if value == []:
-        raise mistake("an empty list names no GPU; expected all or a list of GPU indices such as [0, 1]")
-    if not isinstance(value, list) or any(
-        isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= MAX_GPU_INDEX for g in value
-    ):
-        raise mistake(f"expected all or a list of GPU indices such as [0, 1] (got {show(value)})")
-    if len(set(value)) != len(value):
-        raise mistake(f"duplicate GPU index in {value}")
-    return tuple(value)
 
 
 def _sglang_version(value: object) -> object:
