@@ -15,7 +15,7 @@ a Llama-style tokenizer.json: the recipe's `make_tiny.py` writes one offline).
 measures the
 same workload (random token ids, 512 in / 128 out, concurrency 16, 160 prompts, warmup 16, cache
 flushed) in turns with the tuner's benchmark and with `python -m sglang.bench_serving --backend
-sglang-oai --dataset-name random-ids --tokenize-prompt`: output throughput and the TTFT / TPOT medians,
+sglang --dataset-name random-ids --tokenize-prompt`: output throughput and the TTFT / TPOT medians,
 the median of `--rounds` runs each, must agree within 2%. `all` also runs tests/gpu/test_real_sglang.py
 (each launch's outcome, KV tokens, free VRAM, teardown and classification go to OUT/trials.jsonl)
 and writes OUT/report.md.
@@ -163,8 +163,11 @@ def bench_serving(url: str, model: Path, out: Path, index: int) -> dict[str, flo
         sys.executable,
         "-c",
         BENCH_SERVING,
+        # token ids reach the server unchanged only through --tokenize-prompt, which bench_serving allows
+        # with its native backend alone (/generate with input_ids); the tuner sends the same ids to
+        # /v1/completions, so the two differ only in the HTTP front end, not in the scheduler's work
         "--backend",
-        "sglang-oai",
+        "sglang",
         "--base-url",
         url,
         "--model",
