@@ -11,12 +11,13 @@ model is an 8B-class Llama config launched with `--load-format dummy` (SGLang in
 weights itself; nothing is downloaded); its tokenizer is taken from `--tokenizer DIR` (any folder with
 a Llama-style tokenizer.json: the recipe's `make_tiny.py` writes one offline).
 
-`bench` starts one server (triton attention, decode graphs up to 32, prefill graphs off, fraction 0.85) and
-measures the
-same workload (random token ids, 512 in / 128 out, concurrency 16, 160 prompts, warmup 16, cache
-flushed) in turns with the tuner's benchmark and with `python -m sglang.bench_serving --backend
-sglang --dataset-name random-ids --tokenize-prompt`: output throughput and the TTFT / TPOT medians,
-the median of `--rounds` runs each, must agree within 2%. `all` also runs tests/gpu/test_real_sglang.py
+`bench` starts one server (triton attention, decode graphs up to 32, prefill graphs off, fraction 0.85)
+and measures the same workload (random token ids, 512 in / 128 out, concurrency 16, 160 prompts,
+warmup 16, cache flushed) in turns with the tuner's benchmark over SGLang's native /generate and with
+`python -m sglang.bench_serving --backend sglang --dataset-name random-ids --tokenize-prompt` (the only
+way bench_serving sends token ids unchanged): output throughput and the TTFT / TPOT medians, the median
+of `--rounds` runs each, must agree within 2%. The tuner over /v1/completions (the same ids through
+SGLang's OpenAI front end) is measured beside them. `all` also runs tests/gpu/test_real_sglang.py
 (each launch's outcome, KV tokens, free VRAM, teardown and classification go to OUT/trials.jsonl)
 and writes OUT/report.md.
 """
@@ -126,7 +127,7 @@ def wait_ready(url: str, group: Any, timeout_s: float) -> None:
     raise SystemExit(f"not ready after {timeout_s:.0f} s")
 
 
-def tuner_bench(url: str) -> dict[str, float]:
+def tuner_bench(url: str, api: str = "generate") -> dict[str, float]:
     from tuner.bench.runner import benchmark
     from tuner.bench.settings import BenchSettings
 
@@ -137,7 +138,7 @@ def tuner_bench(url: str) -> dict[str, float]:
                 "input_len": INPUT_LEN,
                 "output_len": OUTPUT_LEN,
                 "range_ratio": 1.0,
-                "api": "completions",
+                "api": api,
                 "seed": 7,
             },
             "load_points": [{"concurrency": CONCURRENCY, "num_prompts": PROMPTS}],
@@ -213,7 +214,9 @@ def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[st
     baseline, total = gpu_used_mib()
     log = (out / "server.log").open("w")
     group = start_server(model, port, log)
-    runs: dict[str, list[dict[str, float]]] = {"tuner": [], "bench_serving": []}
+    # the tuner over /generate is compared with bench_serving over /generate; the tuner over
+    # /v1/completions (the same token ids through SGLang's OpenAI front end) is shown beside them
+    runs: dict[str, list[dict[str, float]]] = {"tuner": [], "bench_serving": [], "tuner_completions": []}
     try:
         t0 = time.monotonic()
         wait_ready(url, group, 600)
@@ -221,8 +224,11 @@ def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[st
         group.remember_descendants()
         for r in range(rounds):  # in turns, the order swapped every round
             order = ("tuner", "bench_serving") if r % 2 == 0 else ("bench_serving", "tuner")
-            for who in order:
-                got = tuner_bench(url) if who == "tuner" else bench_serving(url, model, out, r)
+            for who in (*order, "tuner_completions"):
+                if who == "bench_serving":
+                    got = bench_serving(url, model, out, r)
+                else:
+                    got = tuner_bench(url, "generate" if who == "tuner" else "completions")
                 runs[who].append(got)
                 print(f"round {r} {who}: " + ", ".join(f"{k} {v:.2f}" for k, v in got.items()), flush=True)
     finally:
@@ -337,15 +343,18 @@ def write_report(out: Path) -> None:
             f"SGLang {b['sglang']}, {b['date']}; workload {b['workload']}; "
             f"server {' '.join(b['server_flags'])}",
             "",
-            f"| metric (median of {b['rounds']}) | tuner | bench_serving | diff | within 2% |",
-            "|---|---|---|---|---|",
+            f"| metric (median of {b['rounds']}) | tuner /generate | bench_serving /generate | diff | "
+            "within 2% | tuner /v1/completions |",
+            "|---|---|---|---|---|---|",
         ]
         for name, _ in METRICS:
             t, s = b["medians"]["tuner"][name], b["medians"]["bench_serving"][name]
+            c = b["medians"].get("tuner_completions", {}).get(name)
             lines.append(
-                f"| {name} | {t:.2f} | {s:.2f} | {100 * b['diff'][name]:+.2f}% | {b['within'][name]} |"
+                f"| {name} | {t:.2f} | {s:.2f} | {100 * b['diff'][name]:+.2f}% | {b['within'][name]} | "
+                f"{_dash(None if c is None else f'{c:.2f}')} |"
             )
-        for who in ("tuner", "bench_serving"):
+        for who in [w for w in ("tuner", "bench_serving", "tuner_completions") if w in b["runs"]]:
             each = "; ".join(", ".join(f"{r[n]:.1f}" for n, _ in METRICS) for r in b["runs"][who])
             lines.append(f"\n{who} runs (output tok/s, TTFT ms, TPOT ms): {each}")
         lines.append(

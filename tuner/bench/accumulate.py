@@ -33,6 +33,9 @@ class StreamAccumulator:
 
     __slots__ = (
         "chat",
+        "native",
+        "_native_tokens",
+        "_native_text",
         "t_first",
         "t_prev",
         "t_end",
@@ -51,6 +54,9 @@ class StreamAccumulator:
 
     def __init__(self, api: Api) -> None:
         self.chat = api is Api.CHAT
+        self.native = api is Api.GENERATE
+        self._native_tokens = 0  # completion_tokens of the last /generate chunk
+        self._native_text = ""  # /generate's text so far (its chunks repeat it, or add to it)
         self.t_first: float | None = None
         self.t_prev = 0.0
         self.t_end: float | None = None
@@ -81,7 +87,9 @@ class StreamAccumulator:
             return False
         content = False
         choices = obj.get("choices")
-        if choices:
+        if self.native:
+            content = self._native_chunk(obj)
+        elif choices:
             c0 = choices[0]
             if self.chat:
                 delta = c0.get("delta")
@@ -109,6 +117,29 @@ class StreamAccumulator:
             self.t_prev = t
             self.events += 1
         return content
+
+    def _native_chunk(self, obj: dict[str, object]) -> bool:
+        """A /generate chunk: content when it brings visible text and new tokens (bench_serving's rule).
+
+        SGLang repeats the whole text so far in every chunk, or sends only the new piece with
+        --incremental-streaming-output; either way the chunk is content when its text is not empty
+        and meta_info.completion_tokens grew (a chunk that only repeats counts no token)."""
+        piece = obj.get("text")
+        meta = obj.get("meta_info")
+        if isinstance(meta, dict):
+            self._take_usage({k: meta[k] for k in ("completion_tokens", "prompt_tokens") if k in meta})
+            told = meta.get("completion_tokens")
+            if isinstance(told, int) and not isinstance(told, bool):
+                if told <= self._native_tokens:
+                    return False
+                self._native_tokens = told
+        if not isinstance(piece, str) or not piece:
+            return False
+        if self._chars < SAMPLE_CHARS:
+            whole = piece if piece.startswith(self._native_text) else self._native_text + piece
+            self._native_text = whole[:SAMPLE_CHARS]
+            self.text, self._chars = [self._native_text], len(self._native_text)
+        return True
 
     def _keep(self, piece: object) -> None:
         if self._chars < SAMPLE_CHARS and isinstance(piece, str):

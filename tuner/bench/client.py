@@ -49,13 +49,21 @@ EXTRA_EVENTS = 64  # content events past max_tokens before a stream is cut (a se
 _HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"}
 
 
+ENDPOINTS = {Api.COMPLETIONS: "/v1/completions", Api.CHAT: "/v1/chat/completions", Api.GENERATE: "/generate"}
+
+
 def endpoint(api: Api) -> str:
-    """The OpenAI-compatible path of an Api."""
-    return "/v1/chat/completions" if api is Api.CHAT else "/v1/completions"
+    """The server path of an Api."""
+    return ENDPOINTS[api]
 
 
 def build_payload(spec: RequestSpec, api: Api, model: str) -> bytes:
     """The request body, as SGLang's benchmark sends it plus include_usage (§7)."""
+    if api is Api.GENERATE:  # bench_serving's sglang backend: usage comes in every chunk's meta_info
+        prompt_key = "text" if isinstance(spec.prompt, str) else "input_ids"
+        params = {"max_new_tokens": spec.output_tokens, "temperature": 0.0, "ignore_eos": True}
+        prompt: object = spec.prompt if isinstance(spec.prompt, str) else list(spec.prompt)
+        return orjson.dumps({prompt_key: prompt, "sampling_params": params, "stream": True})
     body: dict[str, Any] = {"model": model}
     if api is Api.CHAT:
         content = spec.prompt if isinstance(spec.prompt, str) else " ".join(map(str, spec.prompt))

@@ -56,7 +56,7 @@ BENCH_SERVING_KEYS: tuple[str, ...] = (
 
 
 def _backend(settings: BenchSettings) -> str:
-    return "sglang-oai-chat" if settings.workload.api is Api.CHAT else "sglang-oai"
+    return {Api.CHAT: "sglang-oai-chat", Api.GENERATE: "sglang"}.get(settings.workload.api, "sglang-oai")
 
 
 def _dataset(settings: BenchSettings) -> str:

@@ -29,10 +29,11 @@ class WorkloadKind(str, Enum):
 
 
 class Api(str, Enum):
-    """Which OpenAI-compatible endpoint the load goes to."""
+    """Which endpoint the load goes to."""
 
     COMPLETIONS = "completions"  # /v1/completions (accepts token-id prompts)
     CHAT = "chat"  # /v1/chat/completions
+    GENERATE = "generate"  # SGLang's native /generate (input_ids; bench_serving's --backend sglang)
 
 
 class Workload(Settings):

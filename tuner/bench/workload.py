@@ -246,7 +246,7 @@ def _random_requests(
     for i in range(count):
         n_in = int(in_lens[i])
         prompt: str | tuple[int, ...]
-        if workload.api is Api.COMPLETIONS:
+        if workload.api is not Api.CHAT:
             prompt = tuple(int(t) for t in rng.integers(ids[0], ids[1], size=n_in))
         else:
             words = rng.integers(0, len(_WORDS), size=n_in)
