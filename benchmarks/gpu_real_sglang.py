@@ -149,12 +149,15 @@ def tuner_bench(url: str, api: str = "generate") -> dict[str, float]:
     result = benchmark(url, settings)
     m = result.objective_metrics
     assert m is not None and m.completed == PROMPTS, f"tuner benchmark: {m}"
+    records = [r for r in result.points[0].records if r.success]
     return {
         "output_throughput": m.output_throughput,
         "ttft_median_ms": m.ttft.median_ms,
         "tpot_median_ms": m.tpot.median_ms,
         "duration_s": m.duration_s,
         "completed": m.completed,
+        "ttfts_ms": [r.ttft_s * 1000 for r in records if r.ttft_s is not None],
+        "tpots_ms": [r.tpot_s * 1000 for r in records if r.tpot_s is not None],
     }
 
 
@@ -165,8 +168,7 @@ def bench_serving(url: str, model: Path, out: Path, index: int) -> dict[str, flo
         "-c",
         BENCH_SERVING,
         # token ids reach the server unchanged only through --tokenize-prompt, which bench_serving allows
-        # with its native backend alone (/generate with input_ids); the tuner sends the same ids to
-        # /v1/completions, so the two differ only in the HTTP front end, not in the scheduler's work
+        # with its native backend alone (/generate with input_ids)
         "--backend",
         "sglang",
         "--base-url",
@@ -196,19 +198,51 @@ def bench_serving(url: str, model: Path, out: Path, index: int) -> dict[str, flo
         "--disable-tqdm",
         "--output-file",
         str(path),
+        "--output-details",  # per-request TTFTs and ITLs: the pooled medians below
     ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     (out / f"bench_serving-{index}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0 or not path.exists():
         raise SystemExit(f"bench_serving failed (rc {done.returncode}): {done.stderr[-800:]}")
     row = json.loads(path.read_text().strip().splitlines()[-1])
+    ok = [i for i, err in enumerate(row.get("errors") or []) if not err]
     return {name: float(row[key]) for name, key in METRICS} | {
         "duration_s": float(row.get("duration", 0)),
         "completed": row.get("completed"),
+        "ttfts_ms": [row["ttfts"][i] * 1000 for i in ok],
+        # bench_serving's TPOT: (latency - ttft) / (output_len - 1), the decode gaps' sum over the same
+        "tpots_ms": [
+            sum(row["itls"][i]) * 1000 / (row["output_lens"][i] - 1) for i in ok if row["output_lens"][i] > 1
+        ],
     }
 
 
-def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[str, Any]:
+def pooled(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Per-request medians over every round: 5 x 160 requests settle where 5 run medians do not."""
+    return {
+        "ttft_median_ms": statistics.median(v for r in runs for v in r.get("ttfts_ms", ())),
+        "tpot_median_ms": statistics.median(v for r in runs for v in r.get("tpots_ms", ())),
+    }
+
+
+def round_interval(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> tuple[float, float]:
+    """A 95% bootstrap interval of pooled-median(a) / pooled-median(b) - 1, resampling whole rounds
+    (the requests of one round share its server state, so rounds are the independent unit)."""
+    import random
+
+    rng = random.Random(0)
+    ratios = []
+    for _ in range(2000):
+        pa = [rng.choice(a) for _ in a]
+        pb = [rng.choice(b) for _ in b]
+        ratios.append(pooled(pa)[key] / pooled(pb)[key] - 1)
+    ratios.sort()
+    return ratios[49], ratios[1949]
+
+
+def cmd_bench(
+    model: Path, out: Path, rounds: int, port: int = 31000, *, completions: bool = True
+) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     baseline, total = gpu_used_mib()
@@ -224,13 +258,14 @@ def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[st
         group.remember_descendants()
         for r in range(rounds):  # in turns, the order swapped every round
             order = ("tuner", "bench_serving") if r % 2 == 0 else ("bench_serving", "tuner")
-            for who in (*order, "tuner_completions"):
+            for who in (*order, "tuner_completions") if completions else order:
                 if who == "bench_serving":
                     got = bench_serving(url, model, out, r)
                 else:
                     got = tuner_bench(url, "generate" if who == "tuner" else "completions")
                 runs[who].append(got)
-                print(f"round {r} {who}: " + ", ".join(f"{k} {v:.2f}" for k, v in got.items()), flush=True)
+                figures = ", ".join(f"{k} {v:.2f}" for k, v in got.items() if not isinstance(v, list))
+                print(f"round {r} {who}: {figures}", flush=True)
     finally:
         report = group.stop(sigint_grace_s=10.0, sigterm_grace_s=10.0)
         log.close()
@@ -240,6 +275,15 @@ def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[st
         for who, rows in runs.items()
     }
     diffs = {name: medians["tuner"][name] / medians["bench_serving"][name] - 1 for name, _ in METRICS}
+    both = all(r.get("ttfts_ms") for who in ("tuner", "bench_serving") for r in runs[who])
+    pooled_medians = {who: pooled(runs[who]) for who in ("tuner", "bench_serving")} if both else {}
+    pooled_diff = {
+        k: {
+            "diff": pooled_medians["tuner"][k] / pooled_medians["bench_serving"][k] - 1,
+            "interval95": round_interval(runs["tuner"], runs["bench_serving"], k),
+        }
+        for k in (pooled_medians.get("tuner") or {})
+    }
     result = {
         "sglang": sglang_version(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -256,6 +300,8 @@ def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[st
         "runs": runs,
         "medians": medians,
         "diff": diffs,
+        "pooled_medians": pooled_medians,
+        "pooled_diff": pooled_diff,
         "within": {k: abs(v) <= TOLERANCE for k, v in diffs.items()},
         "teardown_signals": list(report.signals_sent),
         "gpu_used_before_mib": baseline,
@@ -266,14 +312,16 @@ def cmd_bench(model: Path, out: Path, rounds: int, port: int = 31000) -> dict[st
     return result
 
 
-def cmd_all(tokenizer: Path, out: Path, rounds: int, *, tests: str | None, bench: bool) -> int:
+def cmd_all(
+    tokenizer: Path, out: Path, rounds: int, *, tests: str | None, bench: bool, completions: bool = True
+) -> int:
     """The model, the bench comparison, then the GPU checks (`tests`: a pytest -k expression; "" for none)."""
     out.mkdir(parents=True, exist_ok=True)
     model = write_model(tokenizer, out / "llama-8b-dummy")
     ok = True
     if bench:
         try:
-            ok = all(cmd_bench(model, out, rounds)["within"].values())
+            ok = all(cmd_bench(model, out, rounds, completions=completions)["within"].values())
         except (SystemExit, Exception) as exc:  # the GPU checks still run; the failure is in the report
             (out / "bench-error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
             print(f"bench failed: {exc}", flush=True)
@@ -354,6 +402,13 @@ def write_report(out: Path) -> None:
                 f"| {name} | {t:.2f} | {s:.2f} | {100 * b['diff'][name]:+.2f}% | {b['within'][name]} | "
                 f"{_dash(None if c is None else f'{c:.2f}')} |"
             )
+        for k, d in (b.get("pooled_diff") or {}).items():
+            t, s = b["pooled_medians"]["tuner"][k], b["pooled_medians"]["bench_serving"][k]
+            lo, hi = d["interval95"]
+            lines.append(
+                f"| {k}, per request over all rounds | {t:.2f} | {s:.2f} | {100 * d['diff']:+.2f}% "
+                f"[95%: {100 * lo:+.1f}..{100 * hi:+.1f}] | {abs(d['diff']) <= TOLERANCE} | - |"
+            )
         for who in [w for w in ("tuner", "bench_serving", "tuner_completions") if w in b["runs"]]:
             each = "; ".join(", ".join(f"{r[n]:.1f}" for n, _ in METRICS) for r in b["runs"][who])
             lines.append(f"\n{who} runs (output tok/s, TTFT ms, TPOT ms): {each}")
@@ -376,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--model", type=Path, required=True)
         if name in ("all", "bench"):
             p.add_argument("--rounds", type=int, default=3)
+            p.add_argument(
+                "--no-completions", action="store_true", help="not the tuner over /v1/completions beside"
+            )
         if name == "all":
             p.add_argument(
                 "--tests", default=None, help="a pytest -k expression of the GPU checks ('' for none)"
@@ -386,13 +444,20 @@ def main(argv: list[str] | None = None) -> int:
         print(write_model(args.tokenizer, args.out))
         return 0
     if args.cmd == "bench":
-        result = cmd_bench(args.model, args.out, args.rounds)
+        result = cmd_bench(args.model, args.out, args.rounds, completions=not args.no_completions)
         write_report(args.out)
         return 0 if all(result["within"].values()) else 1
     if args.cmd == "report":
         write_report(args.out)
         return 0
-    return cmd_all(args.tokenizer, args.out, args.rounds, tests=args.tests, bench=not args.no_bench)
+    return cmd_all(
+        args.tokenizer,
+        args.out,
+        args.rounds,
+        tests=args.tests,
+        bench=not args.no_bench,
+        completions=not args.no_completions,
+    )
 
 
 if __name__ == "__main__":

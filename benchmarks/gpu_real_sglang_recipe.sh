@@ -42,7 +42,7 @@ echo "[$(( $(date +%s) - T0 ))s] setup done; ${LEFT}s left"
 cd "$SRC"
 if [ "$PART" = a ]; then
   timeout -s INT -k 20 "$LEFT" python3 benchmarks/gpu_real_sglang.py all --tokenizer "$W/tok" --out "$RES" \
-    --rounds "${ROUNDS:-3}" --tests "${TESTS:-not kill_9}"
+    --rounds "${ROUNDS:-3}" --tests "${TESTS:-not kill_9}" ${BENCH_ARGS:-}
 else
   timeout -s INT -k 20 "$LEFT" python3 benchmarks/gpu_real_sglang.py all --tokenizer "$W/tok" --out "$RES" \
     --no-bench --tests "kill_9"
