@@ -273,6 +273,7 @@ def cmd_bench(
     medians = {
         who: {name: statistics.median(x[name] for x in rows) for name, _ in METRICS}
         for who, rows in runs.items()
+        if rows
     }
     diffs = {name: medians["tuner"][name] / medians["bench_serving"][name] - 1 for name, _ in METRICS}
     both = all(r.get("ttfts_ms") for who in ("tuner", "bench_serving") for r in runs[who])
