@@ -12,8 +12,10 @@ stay apart from the rest of the product.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +46,17 @@ def state_dir(environ: Mapping[str, str] | None = None) -> Path | None:
 def write_json_atomic(path: Path, obj: object) -> None:
     """Write `obj` as JSON to `path` so that no reader ever sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    # a random O_EXCL name (mkstemp): no link planted at a guessable name is followed
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(obj))
+            os.fchmod(fh.fileno(), 0o644)  # the sim's children and the tuner read it; nothing secret
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_gpus(directory: Path, gpus: Sequence[StateGpu]) -> None:

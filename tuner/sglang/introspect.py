@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import ConfigError
+from tuner.private import atomic_open
 from tuner.sglang.options import OptionTable, builtin_table, table_from_entries
 
 log = logging.getLogger(__name__)
@@ -196,9 +197,8 @@ def _write_cache(path: Path, version: str, python: str, entries: list[list[Any]]
     data = {"format": _CACHE_FORMAT, "sglang_version": version, "python": python, "entries": entries}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
+        with atomic_open(path) as fh:  # a random O_EXCL name: no planted link at a guessable one is followed
+            fh.write(json.dumps(data))
     except OSError as exc:  # a read-only cache costs a re-read next time, nothing more
         log.warning("could not cache SGLang options in %s: %s", path, exc)
 
