@@ -83,3 +83,40 @@ def test_heartbeat_settings_reach_optunas_storage(tmp_path: Path) -> None:
     storage.remove_session()
     default = WorkerSettings()
     assert (default.heartbeat_s, default.grace_s, default.retries) == (60.0, 900.0, 1)
+
+
+def test_the_lock_file_is_gone_once_no_worker_holds_it(tmp_path: Path) -> None:
+    from tuner.study.storage import ask_lock
+
+    lock = tmp_path / "exp.db.tuner-lock"
+    with ask_lock(lock):
+        assert lock.exists()
+    assert not lock.exists()
+    with ask_lock(lock):  # and it is made again by the next ask
+        assert lock.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def _count_under_lock(lock: Path, counter: Path, times: int) -> None:
+    from tuner.study.storage import ask_lock
+
+    for _ in range(times):
+        with ask_lock(lock):
+            value = int(counter.read_text())
+            counter.write_text(str(value + 1))
+
+
+def test_workers_that_remove_the_lock_file_still_exclude_each_other(tmp_path: Path) -> None:
+    import multiprocessing
+
+    lock, counter = tmp_path / "exp.db.tuner-lock", tmp_path / "count"
+    counter.write_text("0")
+    ctx = multiprocessing.get_context("fork")
+    workers = [ctx.Process(target=_count_under_lock, args=(lock, counter, 60)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+    assert int(counter.read_text()) == 240  # no read-modify-write was interleaved
+    assert not lock.exists()

@@ -13,10 +13,12 @@ import fcntl
 import importlib.util
 import logging
 import math
+import os
 import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import optuna
 import sqlalchemy as sa
@@ -179,18 +181,39 @@ def ask_lock(lock: WorkerLock) -> Iterator[None]:
         with lock.hold():
             yield
         return
-    path = lock
+    fh = _lock_file(lock)
     try:
-        private_dir(path.parent)
-        fh = path.open("a")
-    except OSError as exc:
-        raise StoreError(f"cannot create the workers' lock file {path}: {exc.strerror or exc}") from exc
-    with fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+    finally:
+        # removed while held: a waiter then holds a file no longer at the path, sees it and opens anew,
+        # so no lock file is left beside the database once no worker asks
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+def _lock_file(path: Path) -> IO[str]:
+    """The lock file at `path`, held exclusively, and still the file at `path` (its inode checked)."""
+    while True:
         try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            private_dir(path.parent)
+            fh = path.open("a")
+        except OSError as exc:
+            raise StoreError(f"cannot create the workers' lock file {path}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            held = os.fstat(fh.fileno())
+            now = os.stat(path)
+        except FileNotFoundError:  # removed by the worker before us after we opened it
+            fh.close()
+            continue
+        except BaseException:
+            fh.close()
+            raise
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            return fh
+        fh.close()  # replaced meanwhile: lock the file that is there now
 
 
 def record_heartbeat(study: optuna.Study, trial: optuna.Trial) -> None:
