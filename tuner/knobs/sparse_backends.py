@@ -10,10 +10,12 @@ at the line that names it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tuner.config import TrialConfig
-from tuner.knobs.protocol import Options, Shape
+from tuner.knobs.protocol import MEMORY_NEUTRAL, Options, Scope, Shape
 
 # Per role, the option dests that hold it, newest release first.
 DESTS = {
@@ -31,6 +33,11 @@ class SparseBackends:
     flag: str | None = None
     shape: Shape = "pair"
     owned: frozenset[str] = frozenset(d for ds in DESTS.values() for d in ds)
+    role: str = "backends"
+    scopes: Mapping[str, Scope] = field(default_factory=lambda: MEMORY_NEUTRAL)
+
+    def size(self, value: Any) -> float | None:
+        return None
 
     def encode(self, raw: object) -> str:
         if isinstance(raw, str):

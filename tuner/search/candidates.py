@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.config import TrialConfig
-from tuner.space.params import Param, ParamKind, Target, clean_float, condition_holds, split_backend_pair
+from tuner.knobs.protocol import ROLES as KNOB_ROLES
+from tuner.knobs.registry import knob_of, knob_owning
+from tuner.space.params import Param, ParamKind, clean_float, condition_holds, split_backend_pair
 from tuner.space.sampling import config_from_params, forbidden_reason
 
 if TYPE_CHECKING:
@@ -45,17 +47,9 @@ class Block:
     role: str = "other"  # what the knob is physically (ROLES): which failure mechanisms it takes part in
 
 
-# A knob's physical role: the memory fraction, CUDA graphs, the attention backends, the KV dtype, the
-# prefill chunk, the running-request cap, or anything else.
-ROLES = ("fraction", "graphs", "backends", "kv_dtype", "chunk", "running", "other")
-_FLAG_ROLES = {
-    "attention-backend": "backends",
-    "prefill-attention-backend": "backends",
-    "decode-attention-backend": "backends",
-    "kv-cache-dtype": "kv_dtype",
-    "chunked-prefill-size": "chunk",
-    "max-running-requests": "running",
-}
+# A knob's physical role (tuner.knobs.protocol.ROLES): the memory fraction, CUDA graphs, the attention
+# backends, the KV dtype, the prefill chunk, the running-request cap, or anything else.
+ROLES = KNOB_ROLES
 
 
 def by_role(blocks: tuple[Block, ...] | list[Block]) -> list[Block]:
@@ -72,14 +66,12 @@ def by_role(blocks: tuple[Block, ...] | list[Block]) -> list[Block]:
 
 
 def role_of(p: Param) -> str:
-    """The physical role of a knob (ROLES)."""
-    if p.target is Target.MEM_FRACTION:
-        return "fraction"
-    if p.target is Target.CUDA_GRAPH:
-        return "graphs"
-    if p.target is Target.BACKEND_PAIR:
-        return "backends"
-    return _FLAG_ROLES.get((p.flag or p.name).replace("_", "-"), "other")
+    """The physical role of a param (ROLES): its knob's, or that of the knob owning its flag's option
+    (a plain param on --attention-backend is a backend); "other" for any other flag."""
+    if p.knob is not None:
+        return knob_of(p.knob).role
+    owner = knob_owning((p.flag or p.name).replace("-", "_"))
+    return "other" if owner is None else owner.role
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
