@@ -11,14 +11,13 @@ from tuner.report.rerender import config_from_dict
 from tuner.sglang.knobs import owner_of
 from tuner.sglang.options import builtin_table, known_versions
 from tuner.sglang.structured import STRUCTURED, knob_owning
-from tuner.space.params import ParamKind
 from tuner.store.codec import to_jsonable
 
 
 def test_every_entry_names_a_param_kind_a_target_and_trial_config_fields() -> None:
     config_fields = {f.name for f in fields(TrialConfig)}
     for knob in STRUCTURED:
-        assert ParamKind(knob.kind) and knob_of(knob.kind).name == knob.name
+        assert knob_of(knob.kind) is knob and knob.fields
         assert set(knob.fields) <= config_fields
         assert all(set(dests) <= knob.owned for dests in knob.dests.values())
     owned = [d for knob in STRUCTURED for d in knob.owned]

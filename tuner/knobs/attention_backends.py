@@ -25,6 +25,13 @@ from tuner.knobs.protocol import MEMORY_NEUTRAL, Options, Scope, Shape
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 PREFILL, DECODE = "prefill", "decode"
+_DESTS = MappingProxyType(
+    {
+        "both": ("attention_backend",),
+        PREFILL: ("prefill_attention_backend",),
+        DECODE: ("decode_attention_backend",),
+    }
+)
 # Flags that name an attention backend, by the roles they set (a plain param on one is read so too).
 ROLES_BY_FLAG: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -48,6 +55,11 @@ class AttentionBackends:
     )
     role: str = "backends"
     scopes: Mapping[str, Scope] = field(default_factory=lambda: MEMORY_NEUTRAL)
+    fields: tuple[str, ...] = ()
+    dests: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _DESTS)
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
 
     def size(self, value: Any) -> float | None:
         return None

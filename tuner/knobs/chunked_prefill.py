@@ -48,6 +48,13 @@ class ChunkedPrefill:
     owned: frozenset[str] = frozenset({"chunked_prefill_size"})
     role: str = "chunk"
     scopes: Mapping[str, Scope] = field(default_factory=lambda: _SCOPES)
+    fields: tuple[str, ...] = ()
+    dests: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({"value": ("chunked_prefill_size",)})
+    )
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
 
     def size(self, value: Any) -> float | None:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -111,6 +111,20 @@ class CudaGraphs:
     owned: frozenset[str] = frozenset({*(d for ds in DESTS.values() for d in ds), "cuda_graph_config"})
     role: str = "graphs"
     scopes: Mapping[str, Scope] = field(default_factory=lambda: _SCOPES)
+    fields: tuple[str, ...] = ("cuda_graph",)
+    dests: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType(DESTS))
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        graph = data.get("cuda_graph")
+        if not isinstance(graph, Mapping):
+            return {"cuda_graph": None}
+        bs = graph.get("bs")
+        restored = CudaGraph(
+            enabled=bool(graph.get("enabled", True)),
+            max_bs=graph.get("max_bs"),
+            bs=tuple(int(b) for b in bs) if bs else None,
+        )
+        return {"cuda_graph": restored}
 
     def size(self, value: Any) -> float | None:
         """The largest captured batch (off: 0; SGLang's default list: unknown)."""

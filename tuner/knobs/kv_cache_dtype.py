@@ -52,6 +52,13 @@ class KvCacheDtype:
     owned: frozenset[str] = frozenset({"kv_cache_dtype"})
     role: str = "kv_dtype"
     scopes: Mapping[str, Scope] = field(default_factory=lambda: _SCOPES)
+    fields: tuple[str, ...] = ()
+    dests: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({"value": ("kv_cache_dtype",)})
+    )
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
 
     def size(self, value: Any) -> float | None:
         return BYTES.get(str(value).lower()) if isinstance(value, str) else None

@@ -47,6 +47,13 @@ class MaxRunning:
     owned: frozenset[str] = frozenset({"max_running_requests"})
     role: str = "running"
     scopes: Mapping[str, Scope] = field(default_factory=lambda: _SCOPES)
+    fields: tuple[str, ...] = ()
+    dests: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({"value": ("max_running_requests",)})
+    )
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
 
     def size(self, value: Any) -> float | None:
         return None if isinstance(value, bool) or not isinstance(value, int) else float(value)

@@ -54,6 +54,13 @@ class MemFraction:
     owned: frozenset[str] = frozenset({"mem_fraction_static"})
     role: str = "fraction"
     scopes: Mapping[str, Scope] = field(default_factory=lambda: _SCOPES)
+    fields: tuple[str, ...] = ("mem_fraction_static",)
+    dests: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({"mem_fraction_static": ("mem_fraction_static",)})
+    )
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {"mem_fraction_static": data.get("mem_fraction_static")}
 
     def size(self, value: Any) -> float | None:
         return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)

@@ -5,7 +5,8 @@ knob says how to read it from YAML or the command line (`encode`), whether a rel
 (`check`, over that release's option choices), what it sets in a TrialConfig (`apply`: its own
 fields, or launch flags that join the configuration's flags, so that the renderer spells them
 for the release, the failure rules read them and the store keeps them with no field of their
-own) and how to show it (`show`). Its
+own; `fields`, `dests` and `restore` say where a knob of fields is stored and spelled) and how
+to show it (`show`). Its
 `shape` says how it is searched and featured:
 
     pair   "prefill/decode": sampled as the prefill member, then a decode member the space pairs
@@ -103,6 +104,22 @@ class Knob(Protocol):
 
     def size(self, value: Any) -> float | None:
         """The encoded value on the axis its up/down scopes compare; None: none (held equal)."""
+        ...
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The TrialConfig fields it sets (empty: it sets launch flags, in `config.flags`)."""
+        ...
+
+    @property
+    def dests(self) -> Mapping[str, tuple[str, ...]]:
+        """Per part, the option dests that hold it, newest release first. A part named after one
+        of its `fields` is rendered as one flag taking that field's value (the first dest the
+        release has); any other part is rendered by its own code in tuner.sglang.flags."""
+        ...
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Its TrialConfig fields from a stored config's JSON ({} for a knob of flags)."""
         ...
 
     def encode(self, raw: object) -> Any:
