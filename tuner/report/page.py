@@ -10,6 +10,7 @@ from tuner.report.export import build_profile, select
 from tuner.report.frame import StudyData, trials_frame
 from tuner.report.html import HtmlReport, png_data_uri, render_html
 from tuner.report.interactive import pareto_plotly, trials_table
+from tuner.report.knobs import fraction_param
 from tuner.report.pareto import pareto_front
 from tuner.report.plots import (
     failure_list,
@@ -44,11 +45,12 @@ def study_page(
         "" if figure is None else figure.to_html(full_html=False, include_plotlyjs=False, div_id="pareto")
     )
     images: list[tuple[str, str]] = []
-    if "mem-fraction-static" in frame.attrs.get("params", []):
+    fraction = fraction_param(frame.attrs.get("params", []), data.space_text)
+    if fraction is not None:
         images.append(
             (
-                "metrics against mem-fraction-static",
-                png_data_uri(metric_vs_param_plot(frame, context=context)),
+                f"metrics against {fraction}",
+                png_data_uri(metric_vs_param_plot(frame, fraction, context=context)),
             )
         )
     if not frame.empty:

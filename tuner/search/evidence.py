@@ -15,10 +15,11 @@ from functools import cache
 from tuner.config import FlagValue, Outcome, TrialConfig
 from tuner.knobs.attention_backends import DECODE, PREFILL, ROLES_BY_FLAG
 from tuner.knobs.protocol import Scope
-from tuner.knobs.registry import knob_flagged
+from tuner.knobs.registry import knob_flagged, knob_with_role
 
 BACKEND_FLAGS = ROLES_BY_FLAG
-__all__ = ["DECODE", "PREFILL", "Evidence", "Knobs", "knobs_of", "scope_of", "size_of"]
+FRACTION, GRAPHS = knob_with_role("fraction"), knob_with_role("graphs")  # their fields: Knobs' own
+__all__ = ["DECODE", "FRACTION", "GRAPHS", "PREFILL", "Evidence", "Knobs", "knobs_of", "scope_of", "size_of"]
 
 
 @cache
@@ -73,7 +74,7 @@ def knobs_of(config: TrialConfig) -> Knobs:
     others = tuple(sorted((k, v) for k, v in flags.items() if k not in BACKEND_FLAGS))
     others += _unread_fields(config)
     return Knobs(
-        fraction=config.mem_fraction_static,
+        fraction=getattr(config, FRACTION.fields[0]),
         graphs=cg is None or cg.enabled,
         graph_max_bs=cg.effective_max_bs if cg is not None else None,
         prefill=prefill,
@@ -84,7 +85,7 @@ def knobs_of(config: TrialConfig) -> Knobs:
 
 # TrialConfig fields knobs_of reads; any other (a knob object's new field) is held equal by every rule.
 _READ = frozenset(
-    {"mem_fraction_static", "cuda_graph", "sparse_prefill_backend", "sparse_decode_backend", "flags"}
+    {*FRACTION.fields, *GRAPHS.fields, "sparse_prefill_backend", "sparse_decode_backend", "flags"}
 )
 
 

@@ -46,11 +46,18 @@ from enum import Enum
 
 from tuner.config import Outcome
 from tuner.knobs.protocol import Scope
-from tuner.knobs.registry import knob_flagged, knob_with_role
-from tuner.search.evidence import DECODE, GATE_OUTCOMES, PREFILL, Evidence, Knobs, scope_of, size_of
-
-FRACTION = knob_with_role("fraction")  # the knob held in Knobs.fraction
-GRAPHS = knob_with_role("graphs")  # the knob held in Knobs.graphs, graph_max_bs, graph_key
+from tuner.knobs.registry import knob_flagged
+from tuner.search.evidence import (
+    DECODE,
+    FRACTION,  # the knob held in Knobs.fraction
+    GATE_OUTCOMES,
+    GRAPHS,  # the knob held in Knobs.graphs, graph_max_bs, graph_key
+    PREFILL,
+    Evidence,
+    Knobs,
+    scope_of,
+    size_of,
+)
 
 
 class RuleKind(str, Enum):
