@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tuner.config import TrialConfig
+from tuner.config import CudaGraph, FlagValue, Outcome, TrialConfig
 from tuner.errors import ConfigError
 from tuner.knobs.protocol import MEMORY_KINDS, ROLES, Knob
 from tuner.knobs.registry import knob_of, knob_owning, knobs
-from tuner.search.evidence import knobs_of
-from tuner.search.rules import RuleKind
+from tuner.search.evidence import Evidence, knobs_of
+from tuner.search.rules import RuleKind, rules_from
 from tuner.sglang.options import builtin_table, known_versions
 from tuner.space.loader import load_space
 
@@ -126,3 +126,32 @@ def test_a_trial_config_field_no_rule_reader_knows_is_held_equal_by_every_rule()
     a, b = Grown(mem_fraction_static=0.8, new_knob="a"), Grown(mem_fraction_static=0.8, new_knob="b")
     assert knobs_of(a) != knobs_of(b)
     assert knobs_of(Grown(mem_fraction_static=0.8)) == knobs_of(TrialConfig(mem_fraction_static=0.8))
+
+
+@pytest.mark.parametrize(
+    ("outcome", "stage", "backend"),
+    [
+        (Outcome.UNSUPPORTED, None, "fa3"),  # a named backend
+        (Outcome.UNSUPPORTED, None, None),  # the pair
+        (Outcome.NAN, None, None),
+        (Outcome.OOM, "load", None),
+        (Outcome.OOM, "capture", None),
+        (Outcome.OOM, "serving", None),
+        (Outcome.NOT_ENOUGH_MEMORY, "load", None),
+    ],
+)
+def test_a_flag_no_knob_describes_is_part_of_every_rule_s_scope(
+    outcome: Outcome, stage: str | None, backend: str | None
+) -> None:
+    def config(*flags: tuple[str, FlagValue]) -> TrialConfig:
+        return TrialConfig(
+            mem_fraction_static=0.8, cuda_graph=CudaGraph(max_bs=64),
+            sparse_prefill_backend="fa3", sparse_decode_backend="trtllm", flags=flags,
+        )  # fmt: skip
+
+    failed = config(("enable-foo", True), ("max-running-requests", 64))
+    ev = Evidence(trial=0, knobs=knobs_of(failed), outcome=outcome, stage=stage, backend=backend, message="x")
+    (rule,) = rules_from(ev)
+    assert rule.covers(knobs_of(failed))
+    assert not rule.covers(knobs_of(config(("max-running-requests", 64))))
+    assert not rule.covers(knobs_of(config(("enable-foo", False), ("max-running-requests", 64))))
