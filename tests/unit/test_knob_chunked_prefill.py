@@ -132,3 +132,11 @@ def test_capture_oom_and_not_enough_memory_hold_for_every_chunk_and_load_oom_for
 def test_shown_for_people() -> None:
     knob = knob_of("chunked_prefill")
     assert knob.show(-1) == "no chunked prefill" and "8,192 tokens" in knob.show(8192)
+
+
+def test_no_chunking_is_not_placed_below_the_smallest_chunk(tmp_path: Path) -> None:
+    found = candidates(space(tmp_path, "    kind: categorical\n    choices: [8192, -1]\n"))
+    (block,) = found.blocks
+    assert block.num == ()  # -1 is the largest chunk, with no number: told apart by its level only
+    (sized,) = candidates(space(tmp_path, "    kind: categorical\n    choices: [4096, 16384]\n")).blocks
+    assert len(sized.num) == 1

@@ -129,3 +129,14 @@ def test_an_unsupported_backend_holds_for_every_dtype_but_not_for_an_unknown_fla
     held = _rules(_config(None, **{"enable-foo": True}), Outcome.UNSUPPORTED, backend="fa3")
     assert covering(held, knobs_of(_config("bfloat16", **{"enable-foo": True})))
     assert not covering(held, knobs_of(_config(None)))  # a flag no knob describes: held equal
+
+
+def test_the_surrogate_sees_a_dtype_s_width(tmp_path: Path) -> None:
+    s = space(tmp_path, "fp8_e4m3, nvfp4, bfloat16")
+    found = candidates(s)
+    (block,) = found.blocks
+    (column,) = block.num
+    width = {p["kv-cache-dtype"]: num[column] for p, num in zip(found.params, found.num, strict=True)}
+    assert width["nvfp4"] == 0.0 and width["bfloat16"] == 1.0 and 0 < width["fp8_e4m3"] < 1  # log bytes
+    (named,) = candidates(space(tmp_path, "auto, fp8_e4m3")).blocks
+    assert named.num == ()  # auto has no width: the level alone
