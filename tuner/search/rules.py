@@ -15,7 +15,8 @@
 | not enough memory for the KV cache  | fraction <= f, any chunked-prefill size, max running requests |
 |                                     | >= r, any KV dtype at least as wide                           |
 
-Why these scopes (what the failure proves, from how SGLang uses the knobs): the fraction sizes the
+Why these scopes (what the failure proves, from how SGLang uses the knobs; each knob's module
+states its own part, summarised here): the fraction sizes the
 weights plus KV pool at load; what is left is for CUDA graphs and activations. Capturing the decode
 graphs needs memory that grows with the largest captured batch, and happens before any request:
 the prefill chunk size plays no part, so a capture OOM holds for every chunk size, and a larger
