@@ -194,7 +194,8 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
     if ev.outcome in _UNSUPPORTED:
         if ev.backend is not None and ev.backend != "dsa" and _uses(k, ev.backend, ev.backend_role):
             rule = Rule(
-                kind=RuleKind.BACKEND, backend=ev.backend, role=ev.backend_role, others=k.others,
+                kind=RuleKind.BACKEND, backend=ev.backend, role=ev.backend_role,
+                others=_held(RuleKind.BACKEND, k.others),
                 evidence=ev.trial, line=line, outcome=ev.outcome, confidence=0.9,
             )  # fmt: skip
             return (rule,)
@@ -203,7 +204,7 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
             kind = RuleKind.PAIR_UNSUPPORTED
             return (
                 Rule(
-                    kind=kind, pair=pair, others=k.others,
+                    kind=kind, pair=pair, others=_held(kind, k.others),
                     evidence=ev.trial, line=line, outcome=ev.outcome, confidence=0.8,
                 ),
             )  # fmt: skip
@@ -212,7 +213,7 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
         if k.prefill is None and k.decode is None:
             return ()
         rule = Rule(
-            kind=RuleKind.PAIR, pair=(k.prefill, k.decode), others=k.others,
+            kind=RuleKind.PAIR, pair=(k.prefill, k.decode), others=_held(RuleKind.PAIR, k.others),
             evidence=ev.trial, line=line, outcome=ev.outcome, confidence=0.9,
         )  # fmt: skip
         return (rule,)
@@ -222,12 +223,18 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
     graphs = GRAPHS.scopes.get(kind_of.value, "equal")
     return (
         Rule(
-            kind=kind_of, fraction=k.fraction, others=k.others,
+            kind=kind_of, fraction=k.fraction, others=_held(kind_of, k.others),
             graph_key=k.graph_key if graphs == "equal" else None,
             graph_max_bs=k.graph_max_bs if graphs in ("up", "down") else None,
             evidence=ev.trial, line=line, outcome=ev.outcome, confidence=1.0,
         ),
     )  # fmt: skip
+
+
+def _held(kind: RuleKind, others: tuple[tuple[str, object], ...]) -> tuple[tuple[str, object], ...]:
+    """The flags a rule of `kind` says anything about (those its knobs leave free dropped), so that two
+    failures that differ only in a free flag make one rule."""
+    return tuple((n, v) for n, v in others if scope_of(kind.value, n) != "free")
 
 
 def _within(scope: Scope, value: float | None, bound: float | None) -> bool:
@@ -312,15 +319,16 @@ def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
     if rule.kind is not RuleKind.PAIR_UNSUPPORTED or rule.pair is None:
         return rule
     prefill, decode = rule.pair
+    backend = replace(rule, kind=RuleKind.BACKEND, pair=None, others=_held(RuleKind.BACKEND, rule.others))
     if prefill is not None and prefill == decode:
-        return replace(rule, kind=RuleKind.BACKEND, backend=prefill, role=None, pair=None, confidence=0.7)
+        return replace(backend, backend=prefill, role=None, confidence=0.7)
     runs = [e for e in evidence if e.got_ready]
     good_prefill = prefill is not None and any(e.knobs.prefill == prefill for e in runs)
     good_decode = decode is not None and any(e.knobs.decode == decode for e in runs)
     if good_prefill and not good_decode and decode is not None:
-        return replace(rule, kind=RuleKind.BACKEND, backend=decode, role=DECODE, pair=None, confidence=0.7)
+        return replace(backend, backend=decode, role=DECODE, confidence=0.7)
     if good_decode and not good_prefill and prefill is not None:
-        return replace(rule, kind=RuleKind.BACKEND, backend=prefill, role=PREFILL, pair=None, confidence=0.7)
+        return replace(backend, backend=prefill, role=PREFILL, confidence=0.7)
     return rule
 
 
