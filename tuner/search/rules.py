@@ -117,13 +117,13 @@ class Rule:
             return self._others_match(k)
         if k.fraction is None or self.fraction is None:
             return False
-        if not _within(FRACTION.scopes.get(self.kind.value, "equal"), k.fraction, self.fraction):
+        if not _within(_FRACTION_SCOPE[self.kind], k.fraction, self.fraction):
             return False
         return self._graphs_match(k) and self._others_match(k)  # flags last: the costliest test
 
     def _graphs_match(self, k: Knobs) -> bool:
         """The graph setting as the CUDA-graph knob's scope for this memory rule holds it."""
-        scope = GRAPHS.scopes.get(self.kind.value, "equal")
+        scope = _GRAPH_SCOPE[self.kind]
         if scope == "free":
             return True
         if scope == "equal":
@@ -185,6 +185,9 @@ class Rule:
 
 
 _UNSUPPORTED = frozenset({Outcome.UNSUPPORTED})
+# The fraction's and the graphs' scope per rule kind (read once: `covers` runs per candidate and rule).
+_FRACTION_SCOPE: dict[RuleKind, Scope] = {kind: FRACTION.scopes.get(kind.value, "equal") for kind in RuleKind}
+_GRAPH_SCOPE: dict[RuleKind, Scope] = {kind: GRAPHS.scopes.get(kind.value, "equal") for kind in RuleKind}
 
 
 def rules_from(ev: Evidence) -> tuple[Rule, ...]:
@@ -220,7 +223,7 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
     kind_of = _memory_kind(ev)
     if kind_of is None or k.fraction is None:
         return ()
-    graphs = GRAPHS.scopes.get(kind_of.value, "equal")
+    graphs = _GRAPH_SCOPE[kind_of]
     return (
         Rule(
             kind=kind_of, fraction=k.fraction, others=_held(kind_of, k.others),
