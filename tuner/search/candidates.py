@@ -184,9 +184,9 @@ def _layout(space: SearchSpace) -> tuple[tuple[Block, ...], tuple[list[_Column],
             num_cols.append((p, "num", _span(float(p.low), float(p.high), log)))
         else:
             cat_cols.append((p, "level", levels))
-            sizes = [s for s in (_size(p, v) for v in values) if s is not None]
-            if len(sizes) == len(values) and len(set(sizes)) > 1:
-                num_cols.append((p, "size", _span(min(sizes), max(sizes), min(sizes) > 0)))
+            axis = [s for s in (_size(p, v) for v in values) if s is not None]
+            if len(axis) == len(values) and len(set(axis)) > 1:
+                num_cols.append((p, "size", _span(min(axis), max(axis), min(axis) > 0)))
         blocks.append(
             Block(
                 name=p.name,
