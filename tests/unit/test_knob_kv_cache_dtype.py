@@ -4,6 +4,8 @@ held by each failure rule as its physics says (wider holds fewer tokens; a broke
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import optuna
@@ -16,6 +18,7 @@ from tuner.search.candidates import candidates
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.rules import covering, rules_from
 from tuner.sglang.flags import render_flags, validate_flags
+from tuner.sglang.knobs import flag_context, knob_options
 from tuner.sglang.options import builtin_table
 from tuner.space.loader import SearchSpace, load_space
 from tuner.space.sampling import config_from_params, suggest
@@ -140,3 +143,32 @@ def test_the_surrogate_sees_a_dtype_s_width(tmp_path: Path) -> None:
     assert width["nvfp4"] == 0.0 and width["bfloat16"] == 1.0 and 0 < width["fp8_e4m3"] < 1  # log bytes
     (named,) = candidates(space(tmp_path, "auto, fp8_e4m3")).blocks
     assert named.num == ()  # auto has no width: the level alone
+
+
+# SGLang's argparser dumps per release: shared/reference/sglang-args beside the repo, or $TUNER_SGLANG_ARGS
+REFERENCE = Path(
+    os.environ.get("TUNER_SGLANG_ARGS")
+    or Path(__file__).resolve().parents[3] / "shared" / "reference" / "sglang-args"
+)
+DUMPS = sorted(REFERENCE.glob("*.json")) if REFERENCE.is_dir() else []
+
+
+@pytest.mark.skipif(not DUMPS, reason="shared/reference/sglang-args is not beside the repo")
+def test_the_flag_knobs_take_what_each_release_s_own_parser_takes() -> None:
+    every = {
+        c
+        for d in DUMPS
+        for o in json.loads(d.read_text())["options"]
+        if o["dest"] == "kv_cache_dtype"
+        for c in o["choices"]
+    }
+    for dump in DUMPS:
+        data = json.loads(dump.read_text())
+        (kv,) = [o for o in data["options"] if o["dest"] == "kv_cache_dtype"]
+        options = knob_options(flag_context(data["sglang_version"]))
+        for name in every:
+            refused = knob_of("kv_cache_dtype").check(name, options) is not None
+            assert refused == (name not in kv["choices"]), (dump.name, name)
+        for kind, value in (("chunked_prefill", 8192), ("max_running_requests", 256)):
+            assert any(o["dest"] in knob_of(kind).owned and o["type"] == "int" for o in data["options"])
+            assert knob_of(kind).check(value, options) is None
