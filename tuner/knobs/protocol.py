@@ -1,6 +1,7 @@
 """The one protocol every structured knob implements, and what it reads of an SGLang release.
 
-A knob's value is one encoded string (what the sampler stores and a study's params hold). The
+A knob's value is one encoded value (what the sampler stores and a study's params hold: a string
+for the pair and graph shapes, the value as written for a knob selected by its flag). The
 knob says how to read it from YAML or the command line (`encode`), whether a release accepts it
 (`check`, over that release's option choices), what it sets in a TrialConfig (`apply`: its own
 fields, or launch flags that join the configuration's flags, so that the renderer spells them
@@ -14,9 +15,10 @@ to show it (`show`). Its
     graphs "off" | "on" | "max:N" | "bs:1,2,4": one categorical; featured as its level, graphs
            on or off, and the largest captured batch (log scale)
     written a knob that a plain param selects by its `flag` (mem-fraction-static, kv-cache-dtype,
-           chunked-prefill-size, max-running-requests): read, sampled and featured as the kind
-           written (float or int range, categorical); `check` judges each choice (null: SGLang's
-           default, where the knob allows it), or both ends of a range
+           chunked-prefill-size, max-running-requests): read and sampled as the kind written
+           (float or int range, categorical), its choices featured by their `size` where each
+           has one; `check` judges each choice (null: SGLang's default, where the knob allows
+           it), or both ends of a range
 
 What a failure proves about it is the knob's own physics, read by the failure rules
 (tuner.search.rules) and the memory model, never by its name there:
