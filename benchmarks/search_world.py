@@ -323,7 +323,7 @@ class World:
 
 def _scope(r: Rule) -> tuple[object, ...]:
     where = (r.fraction, r.graph_key, r.graph_max_bs, r.others)
-    return (r.kind, r.role, r.backend, r.pair, r.kv_dtype, r.graphs, *where)
+    return (r.kind, r.role, r.backend, r.pair, r.graphs, *where)
 
 
 def hypervolume(points: list[tuple[float, float]]) -> float:

@@ -66,7 +66,7 @@ def test_a_malformed_pair_is_refused(tmp_path: Path) -> None:
 
 def test_the_same_setting_as_a_fixed_flag_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
-        ConfigError, match=r"--attention-backend is also a param \('attention_backends'\).*space.yaml:5"
+        ConfigError, match=r"--attention-backend is also searched by param 'attention_backends'.*space.yaml:5"
     ):
         space(tmp_path, "fa3", fixed="  attention-backend: triton\n")
 

@@ -6,18 +6,18 @@ import json
 from dataclasses import fields
 
 from tuner.config import CudaGraph, TrialConfig
+from tuner.knobs.registry import knob_of
 from tuner.report.rerender import config_from_dict
 from tuner.sglang.knobs import owner_of
 from tuner.sglang.options import builtin_table, known_versions
 from tuner.sglang.structured import STRUCTURED, knob_owning
-from tuner.space.params import ParamKind, Target
 from tuner.store.codec import to_jsonable
 
 
 def test_every_entry_names_a_param_kind_a_target_and_trial_config_fields() -> None:
     config_fields = {f.name for f in fields(TrialConfig)}
     for knob in STRUCTURED:
-        assert ParamKind(knob.kind) and Target(knob.name)
+        assert knob_of(knob.kind) is knob and knob.fields
         assert set(knob.fields) <= config_fields
         assert all(set(dests) <= knob.owned for dests in knob.dests.values())
     owned = [d for knob in STRUCTURED for d in knob.owned]

@@ -270,6 +270,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tuner.report.context import context_line
     from tuner.report.detail import capacity_frame, failures_frame, param_importances, requests_frame
     from tuner.report.frame import load_study_data, trials_frame
+    from tuner.report.knobs import fraction_param
     from tuner.report.pareto import front_frame, pareto_front
     from tuner.report.plots import (
         history_plot,
@@ -333,8 +334,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         save("per_gpu_per_user.png", lambda p: save_png(per_gpu_per_user_plot(frame, context=context), p))
     params = frame.attrs.get("params", [])
-    if "mem-fraction-static" in params:
-        save("mem_fraction.png", lambda p: save_png(metric_vs_param_plot(frame, context=context), p))
+    fraction = fraction_param(params, data.space_text)
+    if fraction is not None:
+        figure = metric_vs_param_plot(frame, fraction, context=context)
+        save("mem_fraction.png", lambda p: save_png(figure, p))
     with open_store(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))

@@ -15,12 +15,31 @@ that names it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
 
 from tuner.config import FlagValue, TrialConfig
-from tuner.knobs.protocol import Options, Shape
+from tuner.knobs.protocol import MEMORY_NEUTRAL, Options, Scope, Shape
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+PREFILL, DECODE = "prefill", "decode"
+_DESTS = MappingProxyType(
+    {
+        "both": ("attention_backend",),
+        PREFILL: ("prefill_attention_backend",),
+        DECODE: ("decode_attention_backend",),
+    }
+)
+# Flags that name an attention backend, by the roles they set (a plain param on one is read so too).
+ROLES_BY_FLAG: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "attention-backend": (PREFILL, DECODE),
+        "prefill-attention-backend": (PREFILL,),
+        "decode-attention-backend": (DECODE,),
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +53,16 @@ class AttentionBackends:
     owned: frozenset[str] = frozenset(
         {"attention_backend", "prefill_attention_backend", "decode_attention_backend"}
     )
+    role: str = "backends"
+    scopes: Mapping[str, Scope] = field(default_factory=lambda: MEMORY_NEUTRAL)
+    fields: tuple[str, ...] = ()
+    dests: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _DESTS)
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def size(self, value: Any) -> float | None:
+        return None
 
     def encode(self, raw: object) -> str:
         if isinstance(raw, str):

@@ -6,16 +6,35 @@ per release by these dests, newest first (`--cuda-graph-max-bs-decode` / `--cuda
 and the per-phase switches from 0.5.14; `--cuda-graph-max-bs`, `--cuda-graph-bs`,
 `--disable-cuda-graph` before). A release with no option for a part it needs refuses the choice at
 its line.
+
+Physics (what a failure proves): capturing the decode graphs takes memory that grows with the
+largest captured batch, so a capture OOM holds for every larger one (size: that batch); an OOM
+under load is held to the same graph setting; the KV pool is sized before capture, so an OOM at
+load and "not enough memory" say nothing of it. A pair that computes wrong answers is narrowed
+to the graph setting, then the graph size, that earlier launches do not contradict.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from tuner.config import CudaGraph, TrialConfig
-from tuner.knobs.protocol import Options, Shape
+from tuner.knobs.protocol import Options, Scope, Shape
+
+_SCOPES: Mapping[str, Scope] = MappingProxyType(
+    {
+        "oom_at_load": "free",
+        "oom_at_capture": "up",
+        "not_enough_memory": "free",
+        "pair_broken": "free",  # the widest scope; narrowed by the launches that passed
+        "backend_unsupported": "free",
+        "pair_unsupported": "free",
+    }
+)
 
 # Per part, the option dests that hold it, newest release first.
 DESTS = {
@@ -90,6 +109,30 @@ class CudaGraphs:
     flag: str | None = None
     shape: Shape = "graphs"
     owned: frozenset[str] = frozenset({*(d for ds in DESTS.values() for d in ds), "cuda_graph_config"})
+    role: str = "graphs"
+    scopes: Mapping[str, Scope] = field(default_factory=lambda: _SCOPES)
+    fields: tuple[str, ...] = ("cuda_graph",)
+    dests: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType(DESTS))
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        graph = data.get("cuda_graph")
+        if not isinstance(graph, Mapping):
+            return {"cuda_graph": None}
+        bs = graph.get("bs")
+        restored = CudaGraph(
+            enabled=bool(graph.get("enabled", True)),
+            max_bs=graph.get("max_bs"),
+            bs=tuple(int(b) for b in bs) if bs else None,
+        )
+        return {"cuda_graph": restored}
+
+    def size(self, value: Any) -> float | None:
+        """The largest captured batch (off: 0; SGLang's default list: unknown)."""
+        graph = decode_cuda_graph(str(value))
+        if not graph.enabled:
+            return 0.0
+        largest = graph.effective_max_bs
+        return None if largest is None else float(largest)
 
     def encode(self, raw: object) -> str:
         return encode_cuda_graph(raw)

@@ -35,8 +35,9 @@ def knob_kinds() -> tuple[str, ...]:
     return tuple(k.kind for k in knobs() if k.flag is None)
 
 
+@cache
 def knob_flagged(flag: str) -> Knob | None:
-    """The knob a plain param of flag `flag` selects, if any."""
+    """The knob a plain param of flag `flag` selects (the knob of a flag in TrialConfig.flags), if any."""
     return next((k for k in knobs() if k.flag is not None and k.flag == flag), None)
 
 
@@ -51,3 +52,16 @@ def knob_of(kind: str) -> Knob:
 def knob_owning(dest: str) -> Knob | None:
     """The knob that sets option dest `dest`, if any."""
     return next((k for k in knobs() if dest in k.owned), None)
+
+
+def knob_with_role(role: str) -> Knob:
+    """The one knob of a physical role (the memory fraction, the CUDA graphs); KeyError for none or two."""
+    found = [k for k in knobs() if k.role == role]
+    if len(found) != 1:
+        raise KeyError(f"{len(found)} knobs of role {role!r}")
+    return found[0]
+
+
+def knob_role(kind: str | None) -> str:
+    """The physical role of the knob of a param's kind ("other" for a plain flag param: None)."""
+    return "other" if kind is None else knob_of(kind).role

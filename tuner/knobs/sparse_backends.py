@@ -10,16 +10,20 @@ at the line that names it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
 
 from tuner.config import TrialConfig
-from tuner.knobs.protocol import Options, Shape
+from tuner.knobs.protocol import MEMORY_NEUTRAL, Options, Scope, Shape
 
 # Per role, the option dests that hold it, newest release first.
 DESTS = {
     "prefill": ("dsa_prefill_backend", "nsa_prefill_backend", "nsa_prefill"),
     "decode": ("dsa_decode_backend", "nsa_decode_backend", "nsa_decode"),
 }
+FIELDS = ("sparse_prefill_backend", "sparse_decode_backend")  # the TrialConfig fields it sets
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,21 @@ class SparseBackends:
     flag: str | None = None
     shape: Shape = "pair"
     owned: frozenset[str] = frozenset(d for ds in DESTS.values() for d in ds)
+    role: str = "backends"
+    scopes: Mapping[str, Scope] = field(default_factory=lambda: MEMORY_NEUTRAL)
+    fields: tuple[str, ...] = FIELDS
+    # per field, its option dests: each rendered as one flag taking the field's value
+    dests: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType(
+            dict(zip(FIELDS, (DESTS["prefill"], DESTS["decode"]), strict=True))
+        )
+    )
+
+    def restore(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {f: data.get(f) for f in FIELDS}
+
+    def size(self, value: Any) -> float | None:
+        return None
 
     def encode(self, raw: object) -> str:
         if isinstance(raw, str):

@@ -6,7 +6,34 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["compact_params", "param_legend"]
+import yaml
+
+from tuner.knobs.registry import knob_with_role
+
+__all__ = ["compact_params", "fraction_param", "param_legend"]
+
+
+def fraction_param(names: Iterable[str], space_text: str | None = None) -> str | None:
+    """The param that searches the memory fraction, if any: the one whose flag (as the stored space
+    file writes it, else its name) is the fraction knob's flag."""
+    flag = knob_with_role("fraction").flag
+    flags = _param_flags(space_text)
+    return next((n for n in names if flags.get(n, n) == flag), None)
+
+
+def _param_flags(space_text: str | None) -> dict[str, str]:
+    """Param name -> its `flag:` in a stored space file (none where it is absent or unreadable)."""
+    try:
+        loaded = yaml.safe_load(space_text) if space_text else None
+    except yaml.YAMLError:
+        return {}
+    params = loaded.get("params") if isinstance(loaded, Mapping) else None
+    entries = params if isinstance(params, list) else []
+    return {
+        str(p["name"]): str(p["flag"])
+        for p in entries
+        if isinstance(p, Mapping) and "name" in p and "flag" in p
+    }
 
 
 def _short_names(names: Iterable[str]) -> dict[str, str]:
@@ -49,6 +76,6 @@ def compact_params(params: Mapping[str, Any], short: Mapping[str, str] | None = 
 
 
 def param_legend(names: Iterable[str]) -> str:
-    """`mem = mem-fraction-static, ...` for the short names that differ from the param name."""
+    """`cuda = cuda_graph, ...` for the short names that differ from the param name."""
     short = _short_names(names)
     return ", ".join(f"{s} = {n}" for n, s in short.items() if s != n)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pandas as pd
+
 from tuner.errors import ProfileError
 from tuner.report.capacity_plot import capacity_plot
 from tuner.report.context import constraints_line, defines_slo, workload_line
@@ -10,6 +14,7 @@ from tuner.report.export import build_profile, select
 from tuner.report.frame import StudyData, trials_frame
 from tuner.report.html import HtmlReport, png_data_uri, render_html
 from tuner.report.interactive import pareto_plotly, trials_table
+from tuner.report.knobs import fraction_param
 from tuner.report.pareto import pareto_front
 from tuner.report.plots import (
     failure_list,
@@ -43,42 +48,7 @@ def study_page(
     front_html = (
         "" if figure is None else figure.to_html(full_html=False, include_plotlyjs=False, div_id="pareto")
     )
-    images: list[tuple[str, str]] = []
-    if "mem-fraction-static" in frame.attrs.get("params", []):
-        images.append(
-            (
-                "metrics against mem-fraction-static",
-                png_data_uri(metric_vs_param_plot(frame, context=context)),
-            )
-        )
-    if not frame.empty:
-        images.append(("optimisation history", png_data_uri(history_plot(frame, context=context))))
-        if not per_gpu_per_user_informative(frame):
-            images.append(
-                (
-                    "output throughput per GPU against per user",
-                    png_data_uri(per_gpu_per_user_plot(frame, context=context)),
-                )
-            )
-    rows = list({r.id: r for n in front if (r := data.row_of(n)) is not None}.values())
-    if rows:
-        with stores(data.url) as store:
-            requests = requests_frame(store, rows)
-        if not requests.empty:
-            images.append(
-                (
-                    "TTFT and TPOT of the Pareto-front trials",
-                    png_data_uri(latency_plot(requests, context=context)),
-                )
-            )
-    for record in latest_by_row(data.capacity).values():
-        who = f"trial {record.trial_number}" if record.trial_number is not None else f"row {record.row_id}"
-        images.append(
-            (
-                f"capacity curve of {who}: served throughput, TTFT and TPOT against the offered load",
-                png_data_uri(capacity_plot(record, context=context)),
-            )
-        )
+    images = _images(data, frame, front, context, stores)
     try:
         choice = select(data)
         profile = build_profile(data, choice)
@@ -110,3 +80,48 @@ def study_page(
         images=images,
     )
     return render_html(report, plotly_source=plotly_source)
+
+
+def _images(
+    data: StudyData, frame: pd.DataFrame, front: Sequence[int], context: str, stores: StoreOpener
+) -> list[tuple[str, str]]:
+    """The page's figures as (caption, PNG data URI): metrics against the memory fraction's param,
+    the history, per GPU against per user, the front's latencies, each capacity curve."""
+    images: list[tuple[str, str]] = []
+    fraction = fraction_param(frame.attrs.get("params", []), data.space_text)
+    if fraction is not None:
+        images.append(
+            (
+                f"metrics against {fraction}",
+                png_data_uri(metric_vs_param_plot(frame, fraction, context=context)),
+            )
+        )
+    if not frame.empty:
+        images.append(("optimisation history", png_data_uri(history_plot(frame, context=context))))
+        if not per_gpu_per_user_informative(frame):
+            images.append(
+                (
+                    "output throughput per GPU against per user",
+                    png_data_uri(per_gpu_per_user_plot(frame, context=context)),
+                )
+            )
+    rows = list({r.id: r for n in front if (r := data.row_of(n)) is not None}.values())
+    if rows:
+        with stores(data.url) as store:
+            requests = requests_frame(store, rows)
+        if not requests.empty:
+            images.append(
+                (
+                    "TTFT and TPOT of the Pareto-front trials",
+                    png_data_uri(latency_plot(requests, context=context)),
+                )
+            )
+    for record in latest_by_row(data.capacity).values():
+        who = f"trial {record.trial_number}" if record.trial_number is not None else f"row {record.row_id}"
+        images.append(
+            (
+                f"capacity curve of {who}: served throughput, TTFT and TPOT against the offered load",
+                png_data_uri(capacity_plot(record, context=context)),
+            )
+        )
+    return images

@@ -21,8 +21,10 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend, works headless
 
+from tuner.knobs.registry import knob_with_role
 from tuner.report.figure import COLOURS, caption, caption_lines, failure_list, label, save_png
 from tuner.report.front_plot import pareto_plot, per_gpu_per_user_informative, per_gpu_per_user_plot
+from tuner.report.knobs import fraction_param
 
 __all__ = [
     "COLOURS",
@@ -60,12 +62,14 @@ def _failure_strip(ax: Any, xs: Sequence[Any], labels: Sequence[Any], xlabel: st
 
 def metric_vs_param_plot(
     frame: pd.DataFrame,
-    param: str = "mem-fraction-static",
+    param: str | None = None,
     metrics: Sequence[str] = ("output_throughput", "kv_tokens"),
     *,
     context: str | None = None,
 ) -> Figure:
-    """Each metric against one knob (mem-fraction-static by default); failures in a strip at their value."""
+    """Each metric against one knob (the memory fraction's param by default); failures in a strip at
+    their value."""
+    param = param or fraction_param(frame.attrs.get("params", [])) or knob_with_role("fraction").name
     column = param if param in frame else f"param:{param}"
     failed = frame[frame["status"] == "failed"]
     strip = not failed.empty and column in failed

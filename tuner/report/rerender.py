@@ -22,7 +22,7 @@ from tuner.report.profile import DEFAULT_PORT, split_launcher
 from tuner.sglang.flags import current_spelling, render_flags, validate_flags
 from tuner.sglang.options import OptionSpec, OptionTable
 from tuner.sglang.renames import CANONICAL_KINDS, canonical, missing_message, replacement
-from tuner.sglang.structured import STRUCTURED
+from tuner.sglang.structured import restore_config
 
 SGLANG_LAUNCHER = ("python", "-m", "sglang.launch_server")
 DEFAULT_HOST = "127.0.0.1"
@@ -43,16 +43,9 @@ class Rerendered:
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrialConfig:
-    """The TrialConfig of a stored row's `config` (the JSON of the dataclass); every structured
-    knob restores its own fields, so a new one is carried without naming it here."""
-    knobs: dict[str, Any] = {}
-    for knob in STRUCTURED:
-        knobs.update(knob.restore(data))
-    flags = tuple(
-        (str(name), tuple(value) if isinstance(value, list) else value)
-        for name, value in data.get("flags") or ()
-    )
-    return TrialConfig(mem_fraction_static=data.get("mem_fraction_static"), flags=flags, **knobs)
+    """The TrialConfig of a stored row's `config` (the JSON of the dataclass); every knob held in
+    fields restores its own (tuner.sglang.structured), so a new one is carried without naming it here."""
+    return restore_config(data)
 
 
 def _groups(flags: Sequence[str], table: OptionTable) -> list[tuple[OptionSpec | None, str, list[str]]]:

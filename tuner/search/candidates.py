@@ -9,8 +9,9 @@ param's choices are left out. A space larger than `limit` is thinned to a seeded
 
 Features, one block per knob (the surrogate's kernel compares knobs block by block):
   cat  the value's level (two configurations alike when equal)
-  num  the value on [0, 1] (linear, or log for log ranges and numeric choices); graphs: off 0,
-       the largest captured batch on [0.25, 1]
+  num  the value on [0, 1] (linear, or log for log ranges and positive choices); a knob's choices
+       by their size on its axis (a KV dtype's bytes per element); graphs: off 0, the largest
+       captured batch on [0.25, 1]
 A backend pair is three categorical features (prefill, decode, the pair), so what is learnt about
 a backend in one pair carries over to the others that use it.
 """
@@ -25,7 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.config import TrialConfig
-from tuner.space.params import Param, ParamKind, Target, clean_float, condition_holds, split_backend_pair
+from tuner.knobs.protocol import ROLES as KNOB_ROLES
+from tuner.knobs.registry import knob_of, knob_owning
+from tuner.space.params import Param, ParamKind, clean_float, condition_holds, split_backend_pair
 from tuner.space.sampling import config_from_params, forbidden_reason
 
 if TYPE_CHECKING:
@@ -45,17 +48,9 @@ class Block:
     role: str = "other"  # what the knob is physically (ROLES): which failure mechanisms it takes part in
 
 
-# A knob's physical role: the memory fraction, CUDA graphs, the attention backends, the KV dtype, the
-# prefill chunk, the running-request cap, or anything else.
-ROLES = ("fraction", "graphs", "backends", "kv_dtype", "chunk", "running", "other")
-_FLAG_ROLES = {
-    "attention-backend": "backends",
-    "prefill-attention-backend": "backends",
-    "decode-attention-backend": "backends",
-    "kv-cache-dtype": "kv_dtype",
-    "chunked-prefill-size": "chunk",
-    "max-running-requests": "running",
-}
+# A knob's physical role (tuner.knobs.protocol.ROLES): the memory fraction, CUDA graphs, the attention
+# backends, the KV dtype, the prefill chunk, the running-request cap, or anything else.
+ROLES = KNOB_ROLES
 
 
 def by_role(blocks: tuple[Block, ...] | list[Block]) -> list[Block]:
@@ -72,14 +67,12 @@ def by_role(blocks: tuple[Block, ...] | list[Block]) -> list[Block]:
 
 
 def role_of(p: Param) -> str:
-    """The physical role of a knob (ROLES)."""
-    if p.target is Target.MEM_FRACTION:
-        return "fraction"
-    if p.target is Target.CUDA_GRAPH:
-        return "graphs"
-    if p.target is Target.BACKEND_PAIR:
-        return "backends"
-    return _FLAG_ROLES.get((p.flag or p.name).replace("_", "-"), "other")
+    """The physical role of a param (ROLES): its knob's, or that of the knob owning its flag's option
+    (a plain param on --attention-backend is a backend); "other" for any other flag."""
+    if p.knob is not None:
+        return knob_of(p.knob).role
+    owner = knob_owning((p.flag or p.name).replace("-", "_"))
+    return "other" if owner is None else owner.role
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -161,7 +154,7 @@ def candidates(space: SearchSpace, *, limit: int = MAX_CANDIDATES, seed: int = 0
     )
 
 
-# a column: (param name, how to read the value) -- "level", "prefill", "decode", "graphs", "num"
+# a column: (param name, how to read the value) -- "level", "prefill", "decode", "graphs", "num", "size"
 _Column = tuple[Param, str, dict[Any, int] | tuple[float, float, bool]]
 
 
@@ -191,10 +184,9 @@ def _layout(space: SearchSpace) -> tuple[tuple[Block, ...], tuple[list[_Column],
             num_cols.append((p, "num", _span(float(p.low), float(p.high), log)))
         else:
             cat_cols.append((p, "level", levels))
-            numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-            if len(numbers) == len(values) and len(set(numbers)) > 1:
-                log = min(numbers) > 0
-                num_cols.append((p, "num", _span(min(numbers), max(numbers), log)))
+            axis = [s for s in (_size(p, v) for v in values) if s is not None]
+            if len(axis) == len(values) and len(set(axis)) > 1:
+                num_cols.append((p, "size", _span(min(axis), max(axis), min(axis) > 0)))
         blocks.append(
             Block(
                 name=p.name,
@@ -204,6 +196,25 @@ def _layout(space: SearchSpace) -> tuple[tuple[Block, ...], tuple[list[_Column],
             )  # fmt: skip
         )
     return tuple(blocks), (cat_cols, num_cols)
+
+
+def _size(p: Param, value: Any) -> float | None:
+    """A discrete value's place on its knob's axis (`Knob.size`: a KV dtype's bytes per element), or
+    the number it is for a plain param; None: none (null, a name, a knob's "no limit")."""
+    if p.knob is not None:
+        size = knob_of(p.knob).size(value)
+    else:
+        size = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return size if size is not None and math.isfinite(size) else None
+
+
+def _number(p: Param, how: str, value: Any) -> float:
+    """A numeric column's raw value: the largest captured batch, a knob's size, or the number."""
+    if how == "graph_bs":
+        return float(_graph_bs(value) or 0)
+    if how == "size":
+        return _size(p, value) or 0.0
+    return float(value)
 
 
 def _span(low: float, high: float, log: bool) -> tuple[float, float, bool]:
@@ -243,7 +254,7 @@ def _features(
             nums.append(-1.0)
             continue
         v = params[p.name]
-        x = float(_graph_bs(v) or 0) if how == "graph_bs" else float(v)
+        x = _number(p, how, v)
         low, high, log = span
         if how == "graph_bs" and x <= 0:
             nums.append(0.0)

@@ -2,27 +2,38 @@
 
 A configuration's knobs split by what failures say about them: the memory fraction and the
 CUDA-graph batch sizes (memory is monotone in both), the attention backends per role (a backend
-either runs on this GPU or not; a pair either computes right or not), the KV-cache dtype, and
-every other flag (a failure says nothing about another value of it, so rules hold them equal).
+either runs on this GPU or not; a pair either computes right or not), and every other flag, which
+each rule holds as the flag's knob object says (`scope_of`: equal, free, or bounded by its
+`size` from above or below; tuner.knobs). A flag or field no knob describes is held equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import cache
 
 from tuner.config import FlagValue, Outcome, TrialConfig
+from tuner.knobs.attention_backends import DECODE, PREFILL, ROLES_BY_FLAG
+from tuner.knobs.protocol import Scope
+from tuner.knobs.registry import knob_flagged, knob_with_role
 
-PREFILL, DECODE = "prefill", "decode"
-# Flags that name an attention backend, by the roles they set.
-BACKEND_FLAGS: Mapping[str, tuple[str, ...]] = {
-    "attention-backend": (PREFILL, DECODE),
-    "prefill-attention-backend": (PREFILL,),
-    "decode-attention-backend": (DECODE,),
-}
-KV_DTYPE_FLAG = "kv-cache-dtype"
-CHUNK_FLAG = "chunked-prefill-size"  # the prefill chunk, in tokens (-1: no chunking)
-RUNNING_FLAG = "max-running-requests"
+BACKEND_FLAGS = ROLES_BY_FLAG
+FRACTION, GRAPHS = knob_with_role("fraction"), knob_with_role("graphs")  # their fields: Knobs' own
+__all__ = ["DECODE", "FRACTION", "GRAPHS", "PREFILL", "Evidence", "Knobs", "knobs_of", "scope_of", "size_of"]
+
+
+@cache
+def scope_of(rule_kind: str, name: str) -> Scope:
+    """How a rule of `rule_kind` holds the flag `name` (its knob's scope; equal for a flag or
+    field no knob describes: no rule fails open)."""
+    knob = knob_flagged(name)
+    return "equal" if knob is None else knob.scopes.get(rule_kind, "equal")
+
+
+def size_of(name: str, value: object) -> float | None:
+    """The flag's value on its knob's axis (None: no knob, or no place on it)."""
+    knob = knob_flagged(name)
+    return None if knob is None else knob.size(value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,8 +45,7 @@ class Knobs:
     graph_max_bs: int | None  # the largest captured batch; None: off, or SGLang's default list
     prefill: str | None  # the attention backend that runs prefill (sparse or dense), if set
     decode: str | None
-    kv_dtype: str | None
-    others: tuple[tuple[str, FlagValue], ...]  # every other flag, sorted by name
+    others: tuple[tuple[str, FlagValue], ...]  # every other flag (KV dtype, chunk, ...), sorted by name
 
     @property
     def graph_key(self) -> str:
@@ -60,24 +70,22 @@ def knobs_of(config: TrialConfig) -> Knobs:
                 prefill = value
             if DECODE in roles and decode is None:
                 decode = value
-    kv = flags.get(KV_DTYPE_FLAG)
     cg = config.cuda_graph
-    others = tuple(sorted((k, v) for k, v in flags.items() if k not in BACKEND_FLAGS and k != KV_DTYPE_FLAG))
+    others = tuple(sorted((k, v) for k, v in flags.items() if k not in BACKEND_FLAGS))
     others += _unread_fields(config)
     return Knobs(
-        fraction=config.mem_fraction_static,
+        fraction=getattr(config, FRACTION.fields[0]),
         graphs=cg is None or cg.enabled,
         graph_max_bs=cg.effective_max_bs if cg is not None else None,
         prefill=prefill,
         decode=decode,
-        kv_dtype=None if kv is None else str(kv),
         others=others,
     )
 
 
 # TrialConfig fields knobs_of reads; any other (a knob object's new field) is held equal by every rule.
 _READ = frozenset(
-    {"mem_fraction_static", "cuda_graph", "sparse_prefill_backend", "sparse_decode_backend", "flags"}
+    {*FRACTION.fields, *GRAPHS.fields, "sparse_prefill_backend", "sparse_decode_backend", "flags"}
 )
 
 

@@ -30,7 +30,7 @@ class Prediction:
 
 def _group(k: Knobs) -> tuple[object, ...]:
     """Launches that differ only in the fraction (and the memory-neutral backends)."""
-    return (k.graph_key, k.kv_dtype, k.others)
+    return (k.graph_key, k.others)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

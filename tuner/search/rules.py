@@ -15,7 +15,8 @@
 | not enough memory for the KV cache  | fraction <= f, any chunked-prefill size, max running requests |
 |                                     | >= r, any KV dtype at least as wide                           |
 
-Why these scopes (what the failure proves, from how SGLang uses the knobs): the fraction sizes the
+Why these scopes (what the failure proves, from how SGLang uses the knobs; each knob's module
+states its own part, summarised here): the fraction sizes the
 weights plus KV pool at load; what is left is for CUDA graphs and activations. Capturing the decode
 graphs needs memory that grows with the largest captured batch, and happens before any request:
 the prefill chunk size plays no part, so a capture OOM holds for every chunk size, and a larger
@@ -27,8 +28,12 @@ an OOM there holds for larger chunks and more running requests too. NaN that onl
 graphs show grows with the batch sizes captured: a pair that passed with graphs at max bs 8 and
 gave NaN at max bs 32 is ruled out with graphs at max bs >= 32, never below a size that passed.
 
-"Other memory knobs equal": the KV dtype and every flag the rules know nothing about; the
-attention backends count as memory-neutral. A rule is dropped once a launch it covers gets
+Each scope is the knob's own (`Knob.scopes` and `Knob.size` in tuner.knobs: the fraction, the
+CUDA graphs, the KV dtype, the chunk and the running cap each say, per rule kind, whether the rule
+holds them equal, for any value, or from the failure's size up or down); this module names no
+knob. "Other memory knobs equal": every flag or TrialConfig field no knob describes is held equal
+by every rule, the backend rules too (no rule fails open); the attention backends count as
+memory-neutral. A rule is dropped once a launch it covers gets
 past the point where the rule said it would fail (it was wrong), or narrowed where a narrower
 scope (a broken pair's graph setting or graph size) is not contradicted; it is not made when an
 earlier launch contradicts every scope it could have.
@@ -41,28 +46,19 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from tuner.config import Outcome
-from tuner.search.evidence import CHUNK_FLAG, DECODE, GATE_OUTCOMES, PREFILL, RUNNING_FLAG, Evidence, Knobs
-
-# Flags a memory failure says nothing about, per rule kind: the KV pool is sized and the decode
-# graphs are captured before any prefill chunk is scheduled.
-CAPTURE_FREE = frozenset({CHUNK_FLAG})
-FREE_FLAGS: dict[str, frozenset[str]] = {"oom_at_capture": CAPTURE_FREE, "not_enough_memory": CAPTURE_FREE}
-# Flags a memory failure is monotone in, upward, per rule kind: a bigger prefill chunk or running
-# batch needs more activation memory under load; a larger running-request cap captures at least
-# the same graphs and takes a larger request-to-token table from the pool before the KV cache.
-LOAD_MONOTONE = (CHUNK_FLAG, RUNNING_FLAG)
-MONOTONE_FLAGS: dict[str, tuple[str, ...]] = {
-    "oom_under_load": LOAD_MONOTONE,
-    "oom_at_capture": (RUNNING_FLAG,),
-    "not_enough_memory": (RUNNING_FLAG,),
-}
-# Bytes per KV-cache slot element by dtype: "not enough memory" at one dtype holds for any wider one.
-KV_BYTES = {
-    **dict.fromkeys(("fp4_e2m1", "nvfp4", "fp4_mx_block16"), 0.5),
-    **dict.fromkeys(("fp8_e4m3", "fp8_e5m2", "mxfp8"), 1.0),
-    **dict.fromkeys(("bfloat16", "bf16", "float16", "half"), 2.0),
-    "float32": 4.0,
-}
+from tuner.knobs.protocol import Scope
+from tuner.knobs.registry import knob_flagged
+from tuner.search.evidence import (
+    DECODE,
+    FRACTION,  # the knob held in Knobs.fraction
+    GATE_OUTCOMES,
+    GRAPHS,  # the knob held in Knobs.graphs, graph_max_bs, graph_key
+    PREFILL,
+    Evidence,
+    Knobs,
+    scope_of,
+    size_of,
+)
 
 
 class RuleKind(str, Enum):
@@ -89,66 +85,70 @@ class Rule:
     role: str | None = None  # BACKEND: prefill/decode, None for both
     backend: str | None = None  # BACKEND
     pair: tuple[str | None, str | None] | None = None  # PAIR*: (prefill, decode)
-    kv_dtype: str | None = None  # PAIR: and the memory rules
     graphs: bool | None = None  # PAIR: only with CUDA graphs on (True) or off (False); None: either
     fraction: float | None = None  # memory rules
-    graph_key: str | None = None  # OOM_SERVING
+    graph_key: str | None = None  # memory rules holding the graph setting equal (OOM_SERVING)
     graph_max_bs: int | None = None  # OOM_CAPTURE, PAIR with graphs on: max bs >= this (None: any size)
-    others: tuple[tuple[str, object], ...] = ()  # memory rules: the other flags held equal
-    at_least: tuple[tuple[str, float], ...] = ()  # memory rules: flags covered at this value and above
+    others: tuple[tuple[str, object], ...] = ()  # the failure's other flags, held as their knobs say
+
+    @property
+    def at_least(self) -> tuple[tuple[str, float], ...]:
+        """The flags covered from the failure's size up (-1, SGLang's "no limit", as the largest)."""
+        return tuple(
+            (n, s) for n, v in self.others
+            if scope_of(self.kind.value, n) == "up" and (s := size_of(n, v)) is not None
+        )  # fmt: skip
 
     def covers(self, k: Knobs) -> bool:
         """True when a launch of these knobs would fail as this rule's evidence did."""
         if self.kind is RuleKind.BACKEND:
             roles = (PREFILL, DECODE) if self.role is None else (self.role,)
-            return any(k.backend(r) == self.backend for r in roles)
+            return any(k.backend(r) == self.backend for r in roles) and self._others_match(k)
         if self.kind is RuleKind.PAIR_UNSUPPORTED:
-            return (k.prefill, k.decode) == self.pair
+            return (k.prefill, k.decode) == self.pair and self._others_match(k)
         if self.kind is RuleKind.PAIR:
-            if (k.prefill, k.decode) != self.pair or k.kv_dtype != self.kv_dtype:
+            if (k.prefill, k.decode) != self.pair:
                 return False
-            if self.graphs is None:
-                return True
-            if k.graphs != self.graphs:
-                return False
-            return not self.graphs or self.graph_max_bs is None or _bs_at_least(k, self.graph_max_bs)
+            if self.graphs is not None:
+                if k.graphs != self.graphs:
+                    return False
+                if self.graphs and self.graph_max_bs is not None and not _bs_at_least(k, self.graph_max_bs):
+                    return False
+            return self._others_match(k)
         if k.fraction is None or self.fraction is None:
             return False
-        if self.kind is RuleKind.TOO_LITTLE:
-            return (
-                k.fraction <= self.fraction
-                and _kv_at_least(k.kv_dtype, self.kv_dtype)
-                and self._others_match(k)
-            )
-        if k.kv_dtype != self.kv_dtype:
+        if not _within(_FRACTION_SCOPE[self.kind], k.fraction, self.fraction):
             return False
-        if k.fraction < self.fraction:
+        return self._graphs_match(k) and self._others_match(k)  # flags last: the costliest test
+
+    def _graphs_match(self, k: Knobs) -> bool:
+        """The graph setting as the CUDA-graph knob's scope for this memory rule holds it."""
+        scope = _GRAPH_SCOPE[self.kind]
+        if scope == "free":
+            return True
+        if scope == "equal":
+            return k.graph_key == self.graph_key
+        if not k.graphs:
             return False
-        if self.kind is RuleKind.OOM_CAPTURE:
-            if not k.graphs:
-                return False
-            if self.graph_max_bs is None and k.graph_key != "default":
-                return False
-            if self.graph_max_bs is not None and not _bs_at_least(k, self.graph_max_bs):
-                return False
-        elif self.kind is RuleKind.OOM_SERVING and k.graph_key != self.graph_key:
-            return False
-        return self._others_match(k)  # checked last: the costliest test
+        if self.graph_max_bs is None:  # SGLang's default list: that list only
+            return k.graph_key == "default"
+        return _within(scope, k.graph_max_bs, self.graph_max_bs)
 
     def _others_match(self, k: Knobs) -> bool:
-        """The flags the rule holds equal are equal; those it bounds are at least its bound."""
+        """Each flag as its knob's scope holds it: equal, free, or within the failure's size."""
         if k.others == self.others:
-            return True  # every flag equal (bounds included)
-        skip = FREE_FLAGS.get(self.kind.value, frozenset())
-        if not skip and not self.at_least:
-            return False
-        bounds = dict(self.at_least)
-        mine = {n: v for n, v in self.others if n not in skip and n not in bounds}
-        theirs = {n: v for n, v in k.others if n not in skip and n not in bounds}
-        if mine != theirs:
-            return False
-        values = dict(k.others)
-        return all((v := _size(values.get(n))) is not None and v >= b for n, b in bounds.items())
+            return True  # every flag equal
+        mine, theirs = dict(self.others), dict(k.others)
+        kind = self.kind.value
+        for name in mine.keys() | theirs.keys():
+            scope = scope_of(kind, name)
+            if scope == "free" or (name in mine and name in theirs and mine[name] == theirs[name]):
+                continue
+            if scope == "equal" or name not in mine or name not in theirs:
+                return False
+            if not _within(scope, size_of(name, theirs[name]), size_of(name, mine[name])):
+                return False
+        return True
 
     def describe(self) -> str:
         """One line: the region and the evidence."""
@@ -156,26 +156,38 @@ class Rule:
             role = f" as {self.role} backend" if self.role else ""
             region = f"backend {self.backend}{role}"
         elif self.pair is not None:
-            kv = f", KV {self.kv_dtype}" if self.kv_dtype and self.kind is RuleKind.PAIR else ""
-            region = f"backends {self.pair[0]}/{self.pair[1]}{kv}"
+            region = f"backends {self.pair[0]}/{self.pair[1]}{self._held_shown()}"
             if self.graphs is not None and self.kind is RuleKind.PAIR:
                 region += f" with CUDA graphs {'on' if self.graphs else 'off'}"
                 if self.graphs and self.graph_max_bs is not None:
                     region += f" of max bs >= {self.graph_max_bs}"
         else:
-            op = "<=" if self.kind is RuleKind.TOO_LITTLE else ">="
-            region = f"mem-fraction-static {op} {self.fraction:g}"
+            op = "<=" if FRACTION.scopes.get(self.kind.value) == "down" else ">="
+            region = f"{FRACTION.name} {op} {self.fraction:g}"
             if self.kind is RuleKind.OOM_CAPTURE:
                 region += " with CUDA graphs" + (
                     f" of max bs >= {self.graph_max_bs}" if self.graph_max_bs is not None else ""
                 )
-            elif self.kind is RuleKind.OOM_SERVING:
+            elif self.graph_key is not None:
                 region += f" with graphs {self.graph_key}"
             region += "".join(f", {n} >= {b:g}" for n, b in self.at_least)
+            below = (n for n, _ in self.others if scope_of(self.kind.value, n) == "down")
+            region += "".join(f", {n} <= {dict(self.others)[n]}" for n in below)
         return f"{region}: {self.outcome.value} (trial {self.evidence}: {self.line[:160]})"
+
+    def _held_shown(self) -> str:
+        """The knobs a backend-pair rule holds equal, as each knob shows its value (", KV fp8_e4m3")."""
+        shown = [
+            knob.show(v) for n, v in self.others
+            if (knob := knob_flagged(n)) is not None and scope_of(self.kind.value, n) == "equal"
+        ]  # fmt: skip
+        return "".join(f", {s}" for s in shown)
 
 
 _UNSUPPORTED = frozenset({Outcome.UNSUPPORTED})
+# The fraction's and the graphs' scope per rule kind (read once: `covers` runs per candidate and rule).
+_FRACTION_SCOPE: dict[RuleKind, Scope] = {kind: FRACTION.scopes.get(kind.value, "equal") for kind in RuleKind}
+_GRAPH_SCOPE: dict[RuleKind, Scope] = {kind: GRAPHS.scopes.get(kind.value, "equal") for kind in RuleKind}
 
 
 def rules_from(ev: Evidence) -> tuple[Rule, ...]:
@@ -186,6 +198,7 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
         if ev.backend is not None and ev.backend != "dsa" and _uses(k, ev.backend, ev.backend_role):
             rule = Rule(
                 kind=RuleKind.BACKEND, backend=ev.backend, role=ev.backend_role,
+                others=_held(RuleKind.BACKEND, k.others),
                 evidence=ev.trial, line=line, outcome=ev.outcome, confidence=0.9,
             )  # fmt: skip
             return (rule,)
@@ -193,50 +206,47 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
             pair = (k.prefill, k.decode)
             kind = RuleKind.PAIR_UNSUPPORTED
             return (
-                Rule(kind=kind, pair=pair, evidence=ev.trial, line=line, outcome=ev.outcome, confidence=0.8),
-            )
+                Rule(
+                    kind=kind, pair=pair, others=_held(kind, k.others),
+                    evidence=ev.trial, line=line, outcome=ev.outcome, confidence=0.8,
+                ),
+            )  # fmt: skip
         return ()
     if ev.outcome in GATE_OUTCOMES:
         if k.prefill is None and k.decode is None:
             return ()
         rule = Rule(
-            kind=RuleKind.PAIR, pair=(k.prefill, k.decode), kv_dtype=k.kv_dtype,
+            kind=RuleKind.PAIR, pair=(k.prefill, k.decode), others=_held(RuleKind.PAIR, k.others),
             evidence=ev.trial, line=line, outcome=ev.outcome, confidence=0.9,
         )  # fmt: skip
         return (rule,)
     kind_of = _memory_kind(ev)
     if kind_of is None or k.fraction is None:
         return ()
-    values = dict(k.others)
-    monotone = MONOTONE_FLAGS.get(kind_of.value, ())
-    at_least = tuple((n, v) for n in monotone if (v := _size(values.get(n))) is not None)
+    graphs = _GRAPH_SCOPE[kind_of]
     return (
         Rule(
-            kind=kind_of, fraction=k.fraction, kv_dtype=k.kv_dtype, others=k.others, at_least=at_least,
-            graph_key=k.graph_key if kind_of is RuleKind.OOM_SERVING else None,
-            graph_max_bs=k.graph_max_bs if kind_of is RuleKind.OOM_CAPTURE else None,
+            kind=kind_of, fraction=k.fraction, others=_held(kind_of, k.others),
+            graph_key=k.graph_key if graphs == "equal" else None,
+            graph_max_bs=k.graph_max_bs if graphs in ("up", "down") else None,
             evidence=ev.trial, line=line, outcome=ev.outcome, confidence=1.0,
         ),
     )  # fmt: skip
 
 
-def _size(value: object) -> float | None:
-    """A size flag's value as a number to compare (-1, SGLang's "no limit", as the largest)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return float("inf") if number == -1 else number
+def _held(kind: RuleKind, others: tuple[tuple[str, object], ...]) -> tuple[tuple[str, object], ...]:
+    """The flags a rule of `kind` says anything about (those its knobs leave free dropped), so that two
+    failures that differ only in a free flag make one rule."""
+    return tuple((n, v) for n, v in others if scope_of(kind.value, n) != "free")
 
 
-def _kv_at_least(mine: str | None, failed: str | None) -> bool:
-    """A KV dtype at least as wide as the failure's (unknown widths: the same dtype only)."""
-    if mine == failed:
+def _within(scope: Scope, value: float | None, bound: float | None) -> bool:
+    """`value` inside a scope's bound: >= for up, <= for down, equal otherwise (None: outside)."""
+    if value is None or bound is None:
+        return False
+    if scope == "free":
         return True
-    a, b = KV_BYTES.get(str(mine).lower()), KV_BYTES.get(str(failed).lower())
-    return a is not None and b is not None and a >= b
+    return value >= bound if scope == "up" else value <= bound if scope == "down" else value == bound
 
 
 def _bs_at_least(k: Knobs, bound: int) -> bool:
@@ -312,15 +322,16 @@ def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
     if rule.kind is not RuleKind.PAIR_UNSUPPORTED or rule.pair is None:
         return rule
     prefill, decode = rule.pair
+    backend = replace(rule, kind=RuleKind.BACKEND, pair=None, others=_held(RuleKind.BACKEND, rule.others))
     if prefill is not None and prefill == decode:
-        return replace(rule, kind=RuleKind.BACKEND, backend=prefill, role=None, pair=None, confidence=0.7)
+        return replace(backend, backend=prefill, role=None, confidence=0.7)
     runs = [e for e in evidence if e.got_ready]
     good_prefill = prefill is not None and any(e.knobs.prefill == prefill for e in runs)
     good_decode = decode is not None and any(e.knobs.decode == decode for e in runs)
     if good_prefill and not good_decode and decode is not None:
-        return replace(rule, kind=RuleKind.BACKEND, backend=decode, role=DECODE, pair=None, confidence=0.7)
+        return replace(backend, backend=decode, role=DECODE, confidence=0.7)
     if good_decode and not good_prefill and prefill is not None:
-        return replace(rule, kind=RuleKind.BACKEND, backend=prefill, role=PREFILL, pair=None, confidence=0.7)
+        return replace(backend, backend=prefill, role=PREFILL, confidence=0.7)
     return rule
 
 
@@ -348,8 +359,8 @@ def _scopes(rule: Rule, ev: Evidence) -> list[Rule]:
 
 
 def _scope(r: Rule) -> tuple[object, ...]:
-    where = (r.fraction, r.graph_key, r.graph_max_bs, r.others, r.at_least)
-    return (r.kind, r.role, r.backend, r.pair, r.kv_dtype, r.graphs, *where)
+    where = (r.fraction, r.graph_key, r.graph_max_bs, r.others)
+    return (r.kind, r.role, r.backend, r.pair, r.graphs, *where)
 
 
 def covering(rules: Sequence[Rule], knobs: Knobs) -> Rule | None:

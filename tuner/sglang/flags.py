@@ -15,11 +15,12 @@ import argparse
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from functools import cache
 
-from tuner.config import FlagValue, TrialConfig
+from tuner.config import CudaGraph, FlagValue, TrialConfig
 from tuner.errors import ConfigError, FlagError
-from tuner.knobs.mem_fraction import KNOB as MEM_FRACTION
+from tuner.knobs.cuda_graph import DESTS as _GRAPH_DESTS
 from tuner.sglang.options import ArgvError, OptionSpec, OptionTable, build_parser
 from tuner.sglang.renames import (
     CANONICAL_KINDS,
@@ -31,7 +32,7 @@ from tuner.sglang.renames import (
     replacement,
     retired_message,
 )
-from tuner.sglang.structured import CUDA_GRAPH, SPARSE_BACKENDS
+from tuner.sglang.structured import field_owner
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,6 @@ __all__ = [
     "replacement",
     "validate_flags",
 ]
-
-# Knob -> the dests that hold it, newest first (the structured knobs': tuner.sglang.structured).
-_MEM = tuple(sorted(MEM_FRACTION.owned))
-_MAX_BS = CUDA_GRAPH.dests["max_bs"]
-_BS = CUDA_GRAPH.dests["bs"]
-_PREFILL = SPARSE_BACKENDS.dests["prefill"]
-_DECODE = SPARSE_BACKENDS.dests["decode"]
-
 
 
 # ---------------------------------------------------------------- rendering
@@ -81,26 +74,33 @@ def render_flags(
 
 
 def _knob_tokens(config: TrialConfig, table: OptionTable) -> list[tuple[str, tuple[str, ...]]]:
+    """The knobs held in TrialConfig fields, in the fields' order (tuner.sglang.structured): a field
+    its knob's `dests` name is one flag taking the field's value; the CUDA-graph setting is spelled
+    part by part (`_graph_tokens`)."""
     out: list[tuple[str, tuple[str, ...]]] = []
-    if config.mem_fraction_static is not None:
-        flag = _knob_flag(table, _MEM, "mem_fraction_static")
-        out.append(("mem_fraction_static", (flag, _text(config.mem_fraction_static))))
-    graph = config.cuda_graph
-    if graph is not None and not graph.enabled:
-        out.append(("cuda_graph.enabled", _graphs_off(table)))
-    elif graph is not None:
-        if graph.max_bs is not None:
-            flag = _knob_flag(table, _MAX_BS, "cuda_graph.max_bs")
-            out.append(("cuda_graph.max_bs", (flag, str(graph.max_bs))))
-        if graph.bs:
-            flag = _knob_flag(table, _BS, "cuda_graph.bs")
-            out.append(("cuda_graph.bs", (flag, *(str(b) for b in graph.bs))))
-    if config.sparse_prefill_backend is not None:
-        flag = _knob_flag(table, _PREFILL, "sparse_prefill_backend")
-        out.append(("sparse_prefill_backend", (flag, config.sparse_prefill_backend)))
-    if config.sparse_decode_backend is not None:
-        flag = _knob_flag(table, _DECODE, "sparse_decode_backend")
-        out.append(("sparse_decode_backend", (flag, config.sparse_decode_backend)))
+    for name in (f.name for f in fields(config)):
+        knob, value = field_owner(name), getattr(config, name)
+        if knob is None or value is None:
+            continue
+        if name in knob.dests:
+            out.append((name, (_knob_flag(table, knob.dests[name], name), _text(value))))
+        elif isinstance(value, CudaGraph):
+            out.extend(_graph_tokens(value, table))
+        else:
+            raise FlagError(f"{name}: the {knob.kind} knob names no option dests for it (tuner.knobs)")
+    return out
+
+
+def _graph_tokens(graph: CudaGraph, table: OptionTable) -> list[tuple[str, tuple[str, ...]]]:
+    if not graph.enabled:
+        return [("cuda_graph.enabled", _graphs_off(table))]
+    out: list[tuple[str, tuple[str, ...]]] = []
+    if graph.max_bs is not None:
+        flag = _knob_flag(table, _GRAPH_DESTS["max_bs"], "cuda_graph.max_bs")
+        out.append(("cuda_graph.max_bs", (flag, str(graph.max_bs))))
+    if graph.bs:
+        flag = _knob_flag(table, _GRAPH_DESTS["bs"], "cuda_graph.bs")
+        out.append(("cuda_graph.bs", (flag, *(str(b) for b in graph.bs))))
     return out
 
 
@@ -311,6 +311,8 @@ def expand_option(flag: str, table: OptionTable) -> str | None:
 def _parser(table: OptionTable) -> argparse.ArgumentParser:
     """The release's raising parser, built once per table (building one takes tens of milliseconds)."""
     return build_parser(table)
+
+
 def min_gpus(argv_flags: Sequence[str], table: OptionTable) -> int:
     """A lower bound on the GPUs per node a launch needs: tp x pp / nnodes (data parallelism aside).
 

@@ -12,17 +12,14 @@ import re
 from dataclasses import dataclass
 
 from tuner.errors import ConfigError
-from tuner.knobs.mem_fraction import KNOB as MEM_FRACTION
 from tuner.knobs.protocol import Options
+from tuner.knobs.registry import knob_owning
 from tuner.sglang.options import OptionSpec, OptionTable, builtin_table, known_versions
-from tuner.sglang.structured import CUDA_GRAPH, SPARSE_BACKENDS, knob_owning
 
 VERSION_PATTERN = r"\d+\.\d+(\.\d+)?(\.post\d+)?"
 
-# Flags the tuner sets itself, per knob; a fixed flag or plain flag param may not touch them.
-MEM_FRACTION_DESTS = MEM_FRACTION.owned
-CUDA_GRAPH_DESTS = CUDA_GRAPH.owned  # the structured knobs' own: tuner.sglang.structured
-BACKEND_DESTS = SPARSE_BACKENDS.owned
+# Flags the tuner sets for every trial; a fixed flag or plain flag param may not touch them. (The
+# knobs' own dests: each knob's `owned`, tuner.knobs.registry.knob_owning.)
 LAUNCHER_DESTS = frozenset({"host", "port"})
 
 
@@ -144,9 +141,7 @@ def sparse_backend_choices(ctx: FlagContext) -> tuple[tuple[str, ...], tuple[str
 
 
 def owner_of(spec: OptionSpec) -> str | None:
-    """Which knob (its param kind for a structured one, or the launcher) owns this option's dest, if any."""
-    if spec.dest in MEM_FRACTION_DESTS:
-        return "mem-fraction-static"
+    """Which knob (its kind) or the launcher owns this option's dest, if any."""
     knob = knob_owning(spec.dest)
     if knob is not None:
         return knob.kind

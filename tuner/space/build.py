@@ -15,7 +15,6 @@ from tuner.sglang.knobs import (
     FlagContext,
     find_flag,
 )
-from tuner.sglang.structured import STRUCTURED
 from tuner.space.params import (
     PARAM_NAME,
     RESERVED_NAMES,
@@ -39,13 +38,8 @@ _KIND_KEYS = {
     ParamKind.BACKEND_PAIR: ("name", "kind", "choices", "when"),
     ParamKind.CUDA_GRAPH: ("name", "kind", "choices", "when"),
 }
-# A structured knob's kind -> its default param name and Target (tuner.sglang.structured).
-_DEFAULT_NAMES = {ParamKind(k.kind): k.name for k in STRUCTURED}
-_TARGETS = {ParamKind(k.kind): Target(k.name) for k in STRUCTURED}
-# Knob objects with TrialConfig fields -> their Target (the others set flags: Target.KNOB).
-_KNOB_TARGETS = {"mem_fraction": Target.MEM_FRACTION, **{k.kind: Target(k.name) for k in STRUCTURED}}
 # A knob object's shape -> the param kind that samples it (tuner.knobs.protocol).
-_SHAPES = {"pair": ParamKind.BACKEND_PAIR, "graphs": ParamKind.CUDA_GRAPH}
+_SHAPES = {"pair": ParamKind.BACKEND_PAIR, "graphs": ParamKind.CUDA_GRAPH}  # "written": the kind written
 _KNOB_KEYS = ("name", "kind", "choices", "when")
 
 
@@ -82,7 +76,7 @@ def parse_params(src: Source, nodes: list[Node], ctx: FlagContext) -> tuple[Para
         if any(p.name == param.name for p in params):
             first = next(p for p in params if p.name == param.name)
             raise sec.error("name", f"duplicate param name {param.name!r} (first defined at {first.source})")
-        target_key = param.flag if param.target is Target.FLAG else param.target.value
+        target_key = param.flag
         if param.knob is not None:
             target_key = param.knob
             clash = next((targets[d] for d in sorted(knob_of(param.knob).owned) if d in targets), None)
@@ -106,25 +100,25 @@ def _parse_param(
     sec: Section, kind: ParamKind, earlier: list[Param], ctx: FlagContext, *, knob: str | None = None
 ) -> Param:
     flag = sec.get_str("flag", None, pattern=r"[a-z0-9][a-z0-9-]*", what="a flag name without dashes")
-    default = knob_of(knob).name if knob is not None else flag or _DEFAULT_NAMES.get(kind)
+    default = knob_of(knob).name if knob is not None else flag
     name = sec.get_str("name", default, pattern=PARAM_NAME, what="a param name")
     if name is None:
         raise sec.error("name", "required key is missing (or give flag:)")
     if name in RESERVED_NAMES:
         raise sec.error("name", f"{name!r} is reserved; choose another param name")
-    sec.where = name  # messages now read "mem-fraction-static: ..."
+    sec.where = name  # messages now read "<param name>: ..."
     if is_secret_name(name) or (flag is not None and is_secret_flag(flag)):
         raise sec.error(
             "name",
             f"{flag or name} takes a credential, which is never searched (it would be stored and shown "
             "with every trial); set it in fixed: or env: from ${VAR}",
         )
-    target = _KNOB_TARGETS.get(knob, Target.KNOB) if knob is not None else _TARGETS.get(kind, Target.FLAG)
+    target = Target.FLAG if knob is None else Target.KNOB
     if target is Target.FLAG:
         flag = flag or name
         flagged = knob_flagged(flag)
         if flagged is not None:  # a knob a plain param selects by its flag, read as the kind written
-            knob, target = flagged.kind, _KNOB_TARGETS.get(flagged.kind, Target.KNOB)
+            knob, target = flagged.kind, Target.KNOB
     source = sec.src.where(sec.node)
     when = _parse_when(sec, earlier)
     if kind in (ParamKind.FLOAT, ParamKind.INT):

@@ -14,8 +14,14 @@ from collections.abc import Mapping
 from tuner.config import FlagValue
 from tuner.knobs.registry import knob_of
 from tuner.names import control_problem
-from tuner.sglang.knobs import FlagContext, check_value, find_flag, owner_of, unknown_flag_message
-from tuner.sglang.structured import STRUCTURED
+from tuner.sglang.knobs import (
+    FlagContext,
+    check_value,
+    find_flag,
+    knob_options,
+    owner_of,
+    unknown_flag_message,
+)
 from tuner.space.params import Param, Target, fixed_value_problem
 from tuner.space.source import Section, show
 
@@ -78,14 +84,13 @@ def parse_fixed_flags(
     if sec is None:
         return ()
     environ = os.environ if environ is None else environ
-    knob_owners = {p.target.value: p.name for p in params if p.target is not Target.FLAG}
-    param_dests = {}
+    param_dests, knob_dests = {}, {}
     for p in params:
         spec = find_flag(ctx, p.flag or "") if p.target is Target.FLAG else None
         if spec is not None:
             param_dests[spec.dest] = p.name
         for dest in knob_of(p.knob).owned if p.knob is not None else ():
-            param_dests[dest] = p.name
+            knob_dests[dest] = p.name
     seen: dict[str, str] = {}
     out: list[tuple[str, FlagValue]] = []
     for key in sec.names():
@@ -98,14 +103,10 @@ def parse_fixed_flags(
             raise sec.error(
                 key, f"--{key} is set by the tuner for every trial (use the top-level host: key)", at_key=True
             )
-        owner_target = {
-            "mem-fraction-static": Target.MEM_FRACTION,
-            **{k.kind: Target(k.name) for k in STRUCTURED},
-        }.get(owner or "")
-        if owner_target is not None and owner_target.value in knob_owners:
+        if spec.dest in knob_dests:
             raise sec.error(
                 key,
-                f"--{key} is also searched by param {knob_owners[owner_target.value]!r}; remove one of them",
+                f"--{key} is also searched by param {knob_dests[spec.dest]!r}; remove one of them",
                 at_key=True,
             )
         if spec.dest in param_dests:
@@ -122,7 +123,7 @@ def parse_fixed_flags(
                 raise sec.error(key, f"--{key}: {control_problem(value)}")
             if not value.strip():  # `model-path: ""` would launch a server with no model
                 raise sec.error(key, f"--{key}: expected a value (got an empty string)")
-        problem = check_value(spec, value) or fixed_value_problem(spec.dest, value)
+        problem = check_value(spec, value) or fixed_value_problem(spec.dest, value, knob_options(ctx))
         if problem:
             raise sec.error(key, f"--{key}: {problem} (got {show(value)})")
         if isinstance(value, float) and not math.isfinite(value):

@@ -15,8 +15,8 @@ from typing import Any
 
 from tuner.knobs.cuda_graph import DESTS as _GRAPH_DESTS
 from tuner.knobs.cuda_graph import batch_list, encode_cuda_graph
-from tuner.knobs.mem_fraction import problem as mem_fraction_problem
-from tuner.knobs.registry import knob_of
+from tuner.knobs.protocol import Options
+from tuner.knobs.registry import knob_of, knob_owning
 from tuner.names import control_problem
 
 PARAM_NAME = r"[A-Za-z][A-Za-z0-9_.-]*"
@@ -35,12 +35,10 @@ class ParamKind(str, Enum):
 
 
 class Target(str, Enum):
-    """Which part of a TrialConfig a parameter sets."""
+    """What a parameter sets: a knob object of tuner.knobs (Param.knob names its kind; the knob
+    sets its TrialConfig fields or flags), or any other launch flag (Param.flag)."""
 
-    MEM_FRACTION = "mem_fraction_static"
-    CUDA_GRAPH = "cuda_graph"
-    BACKEND_PAIR = "sparse_backends"
-    KNOB = "knob"  # a knob object of tuner.knobs (Param.knob names its kind)
+    KNOB = "knob"
     FLAG = "flag"
 
 
@@ -144,14 +142,16 @@ _BS_DESTS = frozenset(_GRAPH_DESTS["bs"])
 _MAX_BS_DESTS = frozenset(_GRAPH_DESTS["max_bs"])
 
 
-def fixed_value_problem(dest: str, value: object) -> str | None:
+def fixed_value_problem(dest: str, value: object, options: Options) -> str | None:
     """Why a fixed flag's value is outside the range the same knob has as a param, or None.
 
-    The option table checks types; this adds the tuner's own ranges: a memory fraction in (0, 1],
+    The option table checks types; this adds the tuner's own ranges: what the knob a plain param
+    selects by this flag accepts (a memory fraction in (0, 1], a chunk of >= 1 tokens or -1, ...),
     CUDA-graph batch sizes ≥ 1 (ascending lists), parallel sizes ≥ 1.
     """
-    if dest == "mem_fraction_static":
-        return mem_fraction_problem(value)
+    knob = knob_owning(dest)
+    if knob is not None and knob.flag is not None:
+        return knob.check(value, options)
     try:
         if dest in _MAX_BS_DESTS and isinstance(value, int):
             encode_cuda_graph(value)

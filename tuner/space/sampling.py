@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tuner.config import FlagValue, TrialConfig
+from tuner.config import TrialConfig
 from tuner.errors import ConfigError
 from tuner.knobs.registry import knob_of
 from tuner.settings import show
@@ -173,8 +174,9 @@ def config_from_params(space: SearchSpace, params: Mapping[str, object]) -> Tria
 
 
 def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
-    flags: list[tuple[str, FlagValue]] = []
-    knobs: list[tuple[str, str]] = []
+    """The TrialConfig of the active params' values: each knob sets its own (fields or flags), every
+    other param its flag (null: SGLang's default); flags in param order, as the launch keys have them."""
+    config = TrialConfig()
     for p in space.params:
         if p.name not in values:
             continue
@@ -182,12 +184,9 @@ def _build(space: SearchSpace, values: Mapping[str, Any]) -> TrialConfig:
         if p.kind is ParamKind.FLOAT:
             value = clean_float(p, float(value))
         if p.knob is not None:
-            knobs.append((p.knob, str(value)))
+            config = knob_of(p.knob).apply(value, config)
         elif value is not None:
-            flags.append((p.flag or p.name, value))
-    config = TrialConfig(flags=tuple(flags))
-    for kind, value in knobs:
-        config = knob_of(kind).apply(value, config)
+            config = replace(config, flags=(*config.flags, (p.flag or p.name, value)))
     return config
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tuner.knobs.registry import knob_of
+from tuner.knobs.registry import knob_of, knob_owning
 from tuner.sglang.knobs import (
     FlagContext,
     check_scalar,
@@ -36,7 +36,9 @@ def _check_knob(sec: Section, param: Param, ctx: FlagContext) -> None:
                 raise sec.error(key, f"{problem} (got {show_choice(end)})")
         return
     if param.kind is ParamKind.BOOL:
-        raise sec.error("kind", f"{knob.name} takes values, not a switch: use kind float or categorical")
+        kinds = [k for k, probe in (("float", 0.5), ("int", 2)) if knob.check(probe, options) is None]
+        use = " or ".join([*kinds, "categorical"])
+        raise sec.error("kind", f"{knob.name} takes values, so it cannot be kind bool: use kind {use}")
     for node, choice in zip(sec.seq("choices"), param.choices, strict=True):
         problem = knob.check(choice, options)
         if problem:
@@ -50,15 +52,15 @@ def _check_flag_param(sec: Section, param: Param, ctx: FlagContext) -> None:
     spec = find_flag(ctx, flag)
     if spec is None:
         raise sec.error(key, unknown_flag_message(ctx, flag))
-    owner = owner_of(spec)
-    if owner == "launcher":
+    if owner_of(spec) == "launcher":
         raise sec.error(key, f"--{flag} is set by the tuner for every trial (use the top-level host: key)")
-    if owner is not None:
+    knob = knob_owning(spec.dest)
+    if knob is not None:
         raise sec.error(
             key,
-            f"--{flag} is set through the {owner} knob; use a param of kind {owner}"
-            if owner != "mem-fraction-static"
-            else f"--{flag} needs the param name mem-fraction-static",
+            f"--{flag} is set through the {knob.kind} knob; use a param of kind {knob.kind}"
+            if knob.flag is None
+            else f"--{flag} is the {knob.name} knob: write its flag as {knob.flag}",
         )
     if takes_list(spec):
         raise sec.error(key, f"--{flag} takes a list; only the cuda_graph kind searches lists")

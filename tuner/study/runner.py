@@ -30,12 +30,12 @@ from tuner.config import Outcome
 from tuner.errors import StoreLostError, TunerError
 from tuner.host import host_name, pid_alive
 from tuner.interrupts import INTERRUPTS
+from tuner.knobs.registry import knob_role
 from tuner.objectives import is_feasible
 from tuner.result import TrialResult
 from tuner.search.evidence import Evidence
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
-from tuner.space.params import Target
 from tuner.space.sampling import sampler_params
 from tuner.store.factory import open_store
 from tuner.store.health import StoreWatch
@@ -268,7 +268,7 @@ class StudyRunner:
                 self.study.get_trials(deepcopy=False), self.space.directions,
                 count=finalists.affordable(spec.count, spec.repeats, self.budget), repeats=spec.repeats,
                 left=self.budget - done - running, margin=spec.margin,
-                twin_params=[p.name for p in self.space.params if p.target is Target.MEM_FRACTION],
+                twin_params=[p.name for p in self.space.params if knob_role(p.knob) == "fraction"],
             )  # fmt: skip
             if state is None:
                 return None
