@@ -27,9 +27,10 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
     """Trial numbers on the Pareto front of the study's objectives among feasible trials.
 
     Computed from the tuner's rows (recorded feasibility and metrics; a reused result counts with
-    its original's numbers) and compared with Optuna's best_trials, which see each trial's first
-    measurement: disagreement raises ReportError (strict) or is logged as an error. The front
-    returned ranks re-measured trials (finalists, `confirm`) by their medians.
+    its original's numbers) and compared with Optuna's best_trials, which see each re-measured trial's
+    median (an earlier release's database: its first measurement): disagreement raises ReportError
+    (strict) or is logged as an error. The front returned ranks re-measured trials (finalists,
+    `confirm`) by their medians.
     """
     points: dict[int, tuple[float, ...]] = {}
     numbers = (
@@ -54,8 +55,9 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
         points[number] = point  # type: ignore[assignment]  # None excluded above
         medians[number] = tuple(median.get(m) or point[i] for i, m in enumerate(data.metric_names))  # type: ignore[misc]
     ours = non_dominated(points, data.directions)
+    by_median = non_dominated(medians, data.directions) if medians != points else ours
     theirs = data.best_numbers
-    if theirs is not None and tuple(sorted(theirs)) != ours:
+    if theirs is not None and tuple(sorted(theirs)) not in (ours, by_median):
         detail = f"; trials without a usable record: {missing}" if missing else ""
         message = (
             f"study {data.name!r}: the Pareto front from the tuner's records is trials {list(ours)}, "
@@ -65,8 +67,9 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
         if strict:
             raise ReportError(message)
         log.error("%s", message)
-    # Optuna knows each trial's first measurement (checked above); the front shown uses the medians.
-    return non_dominated(medians, data.directions) if medians != points else ours
+    # Optuna holds a re-measured trial's median (tuner.study.amend; an earlier release's database,
+    # its first measurement): either agrees with the rows (checked above); the front shown uses medians.
+    return by_median
 
 
 def pareto_numbers(study: optuna.Study) -> list[int]:
