@@ -2,10 +2,11 @@
 
 `judge` is computed once per trial and stored as is: the store's row, Optuna's tell and every
 report read the same verdict. A configuration that crashed, ran out of memory or failed the
-gate is COMPLETE-but-infeasible (constraint `failure` > 0) with pessimistic but plausible
-values, never FAIL (samplers ignore FAIL trials and walk back into the crash region) and never
-a score that could rank best (0.0 is the floor of a maximised objective; a minimised latency
-gets the worst one seen, doubled). A measured trial that misses an SLO is `slo_violation`.
+gate is infeasible (constraint `failure` > 0); Optuna is told it as FAIL without values
+(tuner.search.told), while the verdict keeps pessimistic but plausible values for the live
+display and the row, never a score that could rank best (0.0 is the floor of a maximised
+objective; a minimised latency gets the worst one seen, doubled). A measured trial that misses
+an SLO is `slo_violation`: COMPLETE with its measured values.
 """
 
 from __future__ import annotations
