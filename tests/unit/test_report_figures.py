@@ -244,3 +244,11 @@ def test_every_export_names_a_verify_with_benchmark() -> None:
     assert "--random-input-len 128 --random-output-len 16" in lines[1] and "--max-concurrency 64" in lines[1]
     assert lines[1].endswith("--tokenizer /models/GLM-5")
     assert "not stored" in verify_lines(None)[0]
+
+
+def test_the_verify_commands_carry_the_studys_latency_constraints_as_goodput_bounds() -> None:
+    text = SPACE + '\nconstraints: ["ttft_p99_ms <= 300", "tpot_p99_ms <= 40", "ttft_p50_ms <= 500"]\n'
+    ours, theirs = verify_lines(text, ("--model-path", "/models/GLM-5"))
+    assert ours.endswith("--goodput ttft:300 tpot:40")  # the tightest bound of each family
+    assert "--goodput ttft:300 tpot:40 --tokenizer" in theirs
+    assert "--goodput" not in " ".join(verify_lines(SPACE.replace("constraints:", "unused:")))
