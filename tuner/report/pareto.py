@@ -7,6 +7,7 @@ rather than show a front that one of them denies (reference optuna.md §3).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 import optuna
@@ -54,10 +55,15 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
             continue
         points[number] = point  # type: ignore[assignment]  # None excluded above
         medians[number] = tuple(median.get(m) or point[i] for i, m in enumerate(data.metric_names))  # type: ignore[misc]
-    ours = non_dominated(points, data.directions)
-    by_median = non_dominated(medians, data.directions) if medians != points else ours
+    by_median = non_dominated(medians, data.directions)
+    told = {t.number: tuple(t.values) for t in data.trials if t.values is not None}
+    # what Optuna holds of each trial: its median once amended (tuner.study.amend), else (a trial of an
+    # earlier release, or one whose amendment failed) its first measurement
+    ours = non_dominated(
+        {n: medians[n] if _same(told.get(n), medians[n]) else p for n, p in points.items()}, data.directions
+    )
     theirs = data.best_numbers
-    if theirs is not None and tuple(sorted(theirs)) not in (ours, by_median):
+    if theirs is not None and tuple(sorted(theirs)) != ours:
         detail = f"; trials without a usable record: {missing}" if missing else ""
         message = (
             f"study {data.name!r}: the Pareto front from the tuner's records is trials {list(ours)}, "
@@ -67,9 +73,13 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
         if strict:
             raise ReportError(message)
         log.error("%s", message)
-    # Optuna holds a re-measured trial's median (tuner.study.amend; an earlier release's database,
-    # its first measurement): either agrees with the rows (checked above); the front shown uses medians.
-    return by_median
+    return by_median  # the front shown ranks every trial by the median of its measurements
+
+
+def _same(told: tuple[float, ...] | None, values: tuple[float, ...]) -> bool:
+    return told is not None and len(told) == len(values) and all(
+        math.isclose(a, b, rel_tol=1e-9) for a, b in zip(told, values, strict=True)
+    )
 
 
 def pareto_numbers(study: optuna.Study) -> list[int]:
