@@ -194,6 +194,29 @@ _ALL = (
         read=lambda m: m.failed / (m.completed + m.failed) if m.completed + m.failed else None,
     ),
     Metric(
+        name="request_goodput",
+        direction=_MAX,
+        unit="req/s",
+        source=Source.BENCH,
+        doc="bench_serving's goodput: requests within every per-request latency bound the space's "
+        "TTFT/TPOT/E2E constraints set, per second of the benchmark (tuner.bench.goodput); None "
+        "without such a constraint",
+        read=lambda m: None,  # needs the study's latency bounds: filled in by tuner.objectives.judge
+        label="goodput",
+        fmt="{:,.2f}",
+    ),
+    Metric(
+        name="slo_attainment",
+        direction=_MAX,
+        unit="",
+        source=Source.BENCH,
+        doc="requests within every per-request latency bound / requests sent (failed ones included); "
+        "None without a TTFT/TPOT/E2E constraint",
+        read=lambda m: None,
+        label="SLO attainment",
+        fmt="{:.3f}",
+    ),
+    Metric(
         name="capacity_request_rate",
         direction=_MAX,
         unit="req/s",

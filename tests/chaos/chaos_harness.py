@@ -22,13 +22,15 @@ import optuna
 import psutil
 from optuna.trial import TrialState
 
+from tuner.search.told import PENDING, VERDICT_STATES
 from tuner.store.sql import SqlStore
 from tuner.study import finalists
 from tuner.study.learn import launched as was_launched
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = "tiny-fast-sim-v1"
-RETRYABLE = {"interrupted", "infra_error"}  # rows told FAIL; every other outcome is COMPLETE
+RETRYABLE = {"interrupted", "infra_error"}  # rows told FAIL without a verdict, and retried
+MEASURED = {"ok", "slo_violation"}  # rows told COMPLETE; a failed launch is FAIL, a pruned ask PRUNED
 
 
 def make_space(tmp: Path, *, extra: str = "", replace: dict[str, str] | None = None) -> Path:
@@ -185,9 +187,16 @@ class StudyFacts:
         launched = sum(
             1
             for n, s in self.states.items()
-            if s is TrialState.COMPLETE and was_launched(self.attrs[n])
+            if s in VERDICT_STATES and was_launched(self.attrs[n]) and self.concluded(n)
         )
         return launched + self.finalist_repeats
+
+    def concluded(self, number: int) -> bool:
+        pending = self.attrs[number].get(PENDING)
+        state = self.states[number]
+        return state is TrialState.COMPLETE or (
+            isinstance(pending, dict) and bool(pending.get("verdict")) and pending.get("state") == state.name
+        )
 
     def count(self, state: TrialState) -> int:
         return sum(1 for s in self.states.values() if s is state)
@@ -221,12 +230,20 @@ def check_invariants(tmp: Path, *, complete: int, db: str = "exp.db") -> StudyFa
     assert len(numbers) == len(set(numbers)), f"a trial has two rows: {sorted(numbers)}"
     for number, outcome, *_ in facts.rows:
         state = facts.states[number]
-        expected = TrialState.FAIL if outcome in RETRYABLE else TrialState.COMPLETE
+        expected = (
+            TrialState.COMPLETE
+            if outcome in MEASURED
+            else TrialState.PRUNED
+            if outcome == "pruned"
+            else TrialState.FAIL
+        )
         assert state is expected, f"trial {number}: row says {outcome}, Optuna says {state.name}"
+        if outcome not in MEASURED:
+            assert facts.concluded(number) is (outcome not in RETRYABLE), f"trial {number}: {outcome}"
     recorded = set(numbers)
-    for number, state in facts.states.items():
-        if state is TrialState.COMPLETE and "dedup_of" not in facts.attrs[number]:
-            assert number in recorded, f"trial {number} is COMPLETE in Optuna but has no row (lost)"
+    for number in facts.states:
+        if facts.concluded(number) and "dedup_of" not in facts.attrs[number]:
+            assert number in recorded, f"trial {number} was told its verdict in Optuna but has no row (lost)"
     by_key: dict[str, list[tuple[float, float, int]]] = {}
     for number, _, key, start, finish in facts.rows:
         by_key.setdefault(key, []).append((start, finish, number))

@@ -225,8 +225,10 @@ def test_server_died_ends_the_stage_at_once_with_partial_results(server: FakeSer
     died = threading.Event()
     set_at: list[float] = []
 
-    def kill_later() -> None:
-        time.sleep(0.6)
+    def kill_later() -> None:  # once the first wave is streaming: however late a busy machine sends it
+        while len(server.b.requests) < 4:
+            time.sleep(0.01)
+        time.sleep(0.2)
         set_at.append(time.perf_counter())
         died.set()
 

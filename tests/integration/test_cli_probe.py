@@ -38,6 +38,26 @@ def test_bench_url_with_flags_prints_bench_serving_figures_and_json(server) -> N
     assert {"client_bound", "client_cpu_share", "loop_lag_p99_ms"} <= set(data)
 
 
+def test_bench_goodput_counts_the_requests_within_every_bound(server) -> None:  # type: ignore[no-untyped-def]
+    flags = ["--input-len", "64", "--output-len", "8", "--concurrency", "4", "--num-prompts", "12"]
+    flags += ["--settle", "0"]
+    bounds = ["ttft:1e9", "tpot:1e9", "e2el:1e9"]
+    loose = tuner_in(REPO, "bench", "--url", server.url, *flags, "--goodput", *bounds)
+    assert loose.returncode == 0, loose.stderr
+    assert "Request goodput (req/s)" in loose.stdout
+    assert "100.0% (12 of 12 requests) within --goodput ttft:1e+09 tpot:1e+09 e2el:1e+09" in loose.stdout
+    tight = tuner_in(REPO, "bench", "--url", server.url, *flags, "--goodput", "ttft:0.001", "--json",
+                     "--json-format", "bench_serving")  # fmt: skip
+    (record,) = [json.loads(line) for line in tight.stdout.splitlines()]
+    assert record["request_goodput"] == 0.0 and record["slo_attainment"] == 0.0 and record["completed"] == 12
+    everyone = tuner_in(REPO, "bench", "--url", server.url, *flags, "--goodput", "e2el:1e9", "--json",
+                        "--json-format", "bench_serving")  # fmt: skip
+    (record,) = [json.loads(line) for line in everyone.stdout.splitlines()]
+    assert record["request_goodput"] == pytest.approx(record["request_throughput"])  # all 12 good
+    bad = tuner_in(REPO, "bench", "--url", server.url, *flags, "--goodput", "ttft300")
+    assert bad.returncode == 2 and "--goodput 'ttft300': expected KEY:MS" in bad.stderr
+
+
 def test_bench_url_with_a_space_uses_its_bench_section(server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     text = (REPO / "search_spaces" / "tiny-fast-sim.yaml").read_text()
     space = tmp_path / "space.yaml"

@@ -12,18 +12,24 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import optuna
 import pytest
+from optuna.trial import TrialState
 from support.cli import tiny_space
 
 from tuner.cli import main
 from tuner.metrics import BENCH_METRICS
+from tuner.search.rules import covering, derive_rules
+from tuner.space import load_space
 from tuner.store.schema import SCHEMA_VERSION
+from tuner.study.learn import study_evidence
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "databases"
 STUDY = "tiny-fast-sim-v1"
+FAILING = "tiny-failing-sim-v1"
 
 
 def _copy(name: str, tmp_path: Path) -> Path:
@@ -109,3 +115,33 @@ def test_a_database_missing_a_metric_column_resumes(
     _resumed(db, 5)
     values = [r[0] for r in _query(db, "SELECT tpot_p99_ms FROM tuner_trials ORDER BY id")]
     assert values[:5] == [None] * 5 and isinstance(values[5], float)
+
+
+def test_an_earlier_releases_failures_with_placeholder_values_stay_off_the_front_and_teach_the_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its failed and pruned asks are COMPLETE with values [0, 0]: never best, still evidence."""
+    monkeypatch.chdir(tmp_path)
+    db = _copy("v2-d30288c-failures.db", tmp_path)
+    space = ROOT / "tests" / "fixtures" / "spaces" / "tiny-failing-sim.yaml"
+    _move_stored_space(db, space)
+    url = f"sqlite:///{db}"
+    old = optuna.load_study(study_name=FAILING, storage=url).get_trials()
+    zeros = {t.number for t in old if t.state is TrialState.COMPLETE and not any(t.values)}
+    assert zeros and len(zeros) < len(old)  # what the earlier release wrote
+    assert main(["status", "--db", str(db)]) == 0
+    front = capsys.readouterr().out.rsplit("Pareto front", 1)[1]
+    shown = {int(n) for n in front.split("trials [", 1)[1].split("]", 1)[0].split(",")}
+    assert shown and not shown & zeros
+    assert main(["export", "--db", str(db), "--best", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trial"] not in zeros
+    assert main(["run", "--space", str(space), "--trials", "8", "--plain"]) == 0
+    assert "8/8 launches finished" in capsys.readouterr().out  # its 5 launches counted, failures included
+    study = optuna.load_study(study_name=FAILING, storage=url)
+    assert not {t.number for t in study.best_trials} & zeros
+    new = study.get_trials()[len(old):]
+    assert new and all(t.values is None or any(t.values) for t in new)  # no placeholder values now
+    evidence = study_evidence(load_space(space), study.get_trials())
+    for i, ev in enumerate(evidence):  # the old failures' rules keep holding over the resumed launches
+        if ev.trial >= len(old):
+            assert covering(derive_rules(evidence[:i]), ev.knobs) is None, ev

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tuner.report.frame import load_study_data
+from tuner.report.frame import load_study_data, trial_figures
 
 if TYPE_CHECKING:
     from profile_study import ProfileStudy
@@ -42,6 +42,13 @@ def test_confirm_records_three_repeats_and_export_reports_their_spread(
     assert all(r.config_hash == original.config_hash and r.trial_number is None for r in repeats)
     assert all(r.kv_tokens == original.kv_tokens for r in repeats)  # same launch, same KV pool
     assert "original + 3 repeat(s)" in done.stdout and "n=4" in done.stdout
+    # the dashboard's values and attributes of the trial: the same median as every view
+    figures = trial_figures(data, original)
+    trial = next(t for t in data.trials if t.number == original.trial_number)
+    assert trial.values == pytest.approx([figures.values[m] for m in data.metric_names])
+    assert trial.user_attrs["measurements"] == 4 == figures.runs
+    assert trial.user_attrs["output_throughput"] == pytest.approx(figures.values["output_throughput"])
+    assert trial.user_attrs["measured_range"] == figures.spread()
 
     exported = profile_study.tuner(
         "export", "--db", str(db), "--trial", str(original.trial_number), "--format", "json"

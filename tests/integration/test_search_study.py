@@ -17,7 +17,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
 from tuner.search.rules import covering, derive_rules
+from tuner.search.told import concluded
 from tuner.space import load_space
+from tuner.store.figures import figures_over
 from tuner.store.sql import SqlStore
 from tuner.study.learn import evidence_of
 from tuner.study.learn import launched as was_launched
@@ -56,11 +58,7 @@ def trials(tmp: Path) -> list[FrozenTrial]:
 
 
 def launched(all_trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    return [
-        t
-        for t in all_trials
-        if t.state is TrialState.COMPLETE and was_launched(t.user_attrs)
-    ]
+    return [t for t in all_trials if concluded(t) and was_launched(t.user_attrs)]
 
 
 def proven_bad_launches(all_trials: list[FrozenTrial]) -> list[tuple[int, str]]:
@@ -75,8 +73,17 @@ def proven_bad_launches(all_trials: list[FrozenTrial]) -> list[tuple[int, str]]:
     return bad
 
 
-def test_a_study_never_launches_where_a_failure_already_proved_it_would_fail(tmp_path: Path) -> None:
-    out = finish(run(tmp_path))
+@pytest.fixture(scope="module")
+def studied(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One whole study of the failing space (10 launches, 2 of them finalist repeats)."""
+    tmp = tmp_path_factory.mktemp("failing")
+    return tmp, finish(run(tmp))
+
+
+def test_a_study_never_launches_where_a_failure_already_proved_it_would_fail(
+    studied: tuple[Path, str],
+) -> None:
+    tmp_path, out = studied
     all_trials = trials(tmp_path)
     assert proven_bad_launches(all_trials) == []
     ours = launched(all_trials)
@@ -90,6 +97,36 @@ def test_a_study_never_launches_where_a_failure_already_proved_it_would_fail(tmp
     repeats = [r for r in rows if r.confirm_of is not None]
     assert len(repeats) == 2 and len({r.confirm_of for r in repeats}) == 1
     assert "not launched:" in out and "pruned by" in out  # pruned asks are counted and grouped by rule
+
+
+def test_failures_reach_optuna_without_placeholder_values(studied: tuple[Path, str]) -> None:
+    tmp_path, _ = studied
+    all_trials = trials(tmp_path)
+    rows = {r.trial_number: r for r in SqlStore(f"sqlite:///{tmp_path / 'exp.db'}").trials(STUDY)
+            if r.confirm_of is None}  # fmt: skip
+    failed = [t for t in all_trials if (r := rows.get(t.number)) is not None and not r.outcome.measured]
+    assert any(r.launch is not None for r in rows.values() if not r.outcome.measured)  # a launch failed
+    assert failed and [t for t in all_trials if t.values is not None and not any(t.values)] == []
+    for t in failed:  # a FAIL (launched) or PRUNED (not) with its verdict, the outcome in its attrs
+        row = rows[t.number]
+        assert t.state is (TrialState.FAIL if row.launch is not None else TrialState.PRUNED), t
+        assert t.values is None and concluded(t) and t.user_attrs["outcome"] == row.outcome.value
+        assert t.constraints["failure"] > 0
+    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path / 'exp.db'}")
+    assert study.best_trials and all(rows[t.number].feasible for t in study.best_trials)
+
+
+def test_a_remeasured_trial_shows_its_median_in_optuna(studied: tuple[Path, str]) -> None:
+    tmp_path, _ = studied
+    rows = SqlStore(f"sqlite:///{tmp_path / 'exp.db'}").trials(STUDY)
+    original = next(r for r in rows if r.id == next(x.confirm_of for x in rows if x.confirm_of is not None))
+    figures = figures_over(rows, original)
+    assert figures.runs == 3
+    trial = trials(tmp_path)[original.trial_number or 0]
+    assert trial.values == pytest.approx([figures.values["output_throughput"], figures.values["kv_tokens"]])
+    attrs = trial.user_attrs
+    assert attrs["output_throughput"] == pytest.approx(figures.values["output_throughput"])
+    assert attrs["measurements"] == 3 and attrs["measured_range"] == figures.spread()
 
 
 @pytest.mark.chaos  # two workers at once, then a resume: run with the storms (make chaos)

@@ -14,6 +14,7 @@ from support.stored import make_result, record
 
 from tuner.config import Outcome
 from tuner.errors import InfrastructureError, StoreLostError
+from tuner.search.told import concluded
 from tuner.space.sections import Budget
 from tuner.store.health import StoreWatch, sqlite_path
 from tuner.store.sql import SqlStore
@@ -93,6 +94,18 @@ def test_a_row_written_before_a_lost_tell_is_finished_on_the_next_start(tmp_path
             and done.values == [123.0]
             and done.constraints == {"failure": 0.0}
         )
+
+
+def test_a_recorded_failure_whose_tell_was_lost_is_told_fail_not_retried(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'exp.db'}"
+    with SqlStore(url) as store:
+        study = _study(url)
+        trial = study.ask()
+        mark_pending(trial, state=TrialState.FAIL, verdict=True)  # an OOM: a result, not a retry
+        record(store, make_result(Outcome.OOM), trial_number=trial.number)
+        assert finish_recorded(study, store, "glm5-v1", study.get_trials(deepcopy=False)[trial.number])
+        done = study.get_trials(deepcopy=False)[trial.number]
+        assert done.state is TrialState.FAIL and done.values is None and concluded(done)
 
 
 def test_without_a_row_or_with_a_pending_fail_the_trial_is_failed_and_retried_as_usual(

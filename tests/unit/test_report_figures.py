@@ -244,3 +244,29 @@ def test_every_export_names_a_verify_with_benchmark() -> None:
     assert "--random-input-len 128 --random-output-len 16" in lines[1] and "--max-concurrency 64" in lines[1]
     assert lines[1].endswith("--tokenizer /models/GLM-5")
     assert "not stored" in verify_lines(None)[0]
+
+
+def test_the_verify_commands_carry_the_studys_latency_constraints_as_goodput_bounds() -> None:
+    text = SPACE + '\nconstraints: ["ttft_p99_ms <= 300", "tpot_p99_ms <= 40", "ttft_p50_ms <= 500"]\n'
+    ours, theirs = verify_lines(text, ("--model-path", "/models/GLM-5"))
+    assert ours.endswith("--goodput ttft:300 tpot:40")  # the tightest bound of each family
+    assert "--goodput ttft:300 tpot:40 --tokenizer" in theirs
+    assert "--goodput" not in " ".join(verify_lines(SPACE.replace("constraints:", "unused:")))
+
+
+def test_the_front_cross_check_reads_what_optuna_holds_of_each_trial_median_or_first() -> None:
+    """Trial 0 re-measured 700 -> median 760 (not amended: an earlier release), trial 1 750 -> 740
+    (amended), trial 2 measured once at 745: Optuna's front is trial 2, that of neither reading alone."""
+    rows = [
+        make_row(0, tput=700.0), make_row(1, tput=750.0), make_row(2, tput=745.0),
+        make_row(None, id=10, tput=760.0, confirm_of=1), make_row(None, id=11, tput=780.0, confirm_of=1),
+        make_row(None, id=12, tput=740.0, confirm_of=2), make_row(None, id=13, tput=730.0, confirm_of=2),
+    ]  # fmt: skip
+    trials = [frozen(r) for r in rows if r.confirm_of is None]
+    amended = optuna.trial.create_trial(params=dict(rows[1].params), distributions=DISTS,
+                                        values=[740.0, 1_000_000.0], user_attrs=dict(trials[1].user_attrs),
+                                        constraints={"failure": 0.0})  # fmt: skip
+    amended.number = 1
+    data = study_data(rows, [trials[0], amended, trials[2]])
+    assert data.best_numbers == (2,)
+    assert pareto_front(data) == (0,)  # strict: no contradiction; shown by medians (760 beats 745, 740)

@@ -49,6 +49,19 @@ def test_evidence_reads_the_attributes_a_launch_left_and_joins_the_backend_pair(
     )
 
 
+def test_a_failed_launch_told_fail_with_its_verdict_is_evidence_and_a_retried_one_is_not() -> None:
+    attrs = {"outcome": "oom", "failure": "oom", "stage": "load", "failure_message": "CUDA out of memory"}
+    told = trial(4, (0, 0), feasible=False, **attrs, pending_tell={"state": "FAIL", "verdict": True})
+    failed = create_trial(params=told.params, distributions=DISTS, state=TrialState.FAIL,
+                          user_attrs=told.user_attrs)  # fmt: skip
+    ev = evidence_of(SPACE, failed)
+    assert ev is not None and ev.outcome is Outcome.OOM
+    retried = create_trial(params=told.params, distributions=DISTS, state=TrialState.FAIL,
+                           user_attrs={**attrs, "pending_tell": {"state": "FAIL"}})  # fmt: skip
+    assert evidence_of(SPACE, retried) is None
+    assert finalists.launch_counts([failed, retried], {}) == (1, 0)  # the budget counts the result only
+
+
 def test_trials_that_launched_nothing_are_no_evidence() -> None:
     for attr in ("pruned", "forbidden", "dedup_of", "duplicate_running"):
         assert evidence_of(SPACE, trial(1, (1, 1), **{attr: True})) is None

@@ -13,7 +13,9 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from tuner.errors import ReleaseTimeoutError, StoreError
+from tuner.search.told import concluded
 from tuner.space.loader import load_space, suggest
+from tuner.study.durable import mark_pending
 from tuner.study.retry import retry, unrecordable
 from tuner.study.runner import StudyRunner
 
@@ -48,16 +50,31 @@ def test_two_deaths_of_the_tuner_do_not_drop_a_configuration(tmp_path: Path) -> 
         assert waiting[0].user_attrs["retry_reason"] == "worker died"
 
 
+def test_a_trial_lost_after_its_failure_verdict_was_pending_is_retried_not_a_result(tmp_path: Path) -> None:
+    space = replace(load_space(ROOT / "search_spaces" / "tiny-fast-sim.yaml"), log_dir=tmp_path / "runs")
+    runner = StudyRunner(space, db_url=f"sqlite:///{tmp_path / 'exp.db'}")
+    trial = runner.study.ask()
+    suggest(space, trial)
+    trial.set_user_attr("host", runner.host)
+    trial.set_user_attr("pid", _dead_pid())
+    mark_pending(trial, state=TrialState.FAIL, verdict=True)  # died before its row was written
+    runner._reap_dead_workers()  # noqa: SLF001
+    lost = runner.study.get_trials(deepcopy=False)[trial.number]
+    assert lost.state is TrialState.FAIL and not concluded(lost)  # asked again, not counted as a failure
+    assert runner.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+
+
 def test_a_result_the_store_cannot_hold_fails_its_trial_with_the_reason_and_is_not_retried(
     tmp_path: Path,
 ) -> None:
     study = _study(tmp_path)
     trial = study.ask()
+    mark_pending(trial, state=TrialState.FAIL, verdict=True)  # the row it was told before was refused
     refused = StoreError("cannot record: Python int too large to convert to SQLite INTEGER")
     with pytest.raises(StoreError, match=r"trial 0: its result could not be recorded .* not launched again"):
         unrecordable(study, trial, refused)
     (told,) = study.get_trials(deepcopy=False)
-    assert told.state is TrialState.FAIL
+    assert told.state is TrialState.FAIL and not concluded(told)  # no verdict without its row
     assert "not recorded: cannot record: Python int too large" in told.user_attrs["failure_message"]
     assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
 

@@ -11,8 +11,10 @@ text-only workload implies (no vision tokens; the output tokens are not retokeni
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
+from tuner.bench.goodput import point_goodput
 from tuner.bench.settings import Api, BenchSettings, WorkloadKind
 from tuner.bench.types import BenchResult, LatencyStats, LoadPointResult
 
@@ -110,6 +112,17 @@ def bench_serving_record(point: LoadPointResult, settings: BenchSettings) -> dic
     return out
 
 
-def bench_serving_records(result: BenchResult, settings: BenchSettings) -> list[dict[str, Any]]:
-    """Every load point of a result as bench_serving records, in the order they ran."""
-    return [bench_serving_record(point, settings) for point in result.points]
+def bench_serving_records(
+    result: BenchResult, settings: BenchSettings, goodput: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
+    """Every load point of a result as bench_serving records, in the order they ran; with `goodput`
+    bounds (`--goodput`), each with bench_serving's `request_goodput` and the `slo_attainment`."""
+    out = []
+    for point in result.points:
+        record = bench_serving_record(point, settings)
+        if goodput:
+            found = point_goodput(point.records, goodput, point.metrics.duration_s)
+            record["request_goodput"] = found.request_goodput if found else None
+            record["slo_attainment"] = found.slo_attainment if found else None
+        out.append(record)
+    return out

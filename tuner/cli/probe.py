@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from tuner.bench.goodput import goodput_flag, parse_goodput, point_goodput
 from tuner.bench.serving_json import bench_serving_records
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, Workload, WorkloadKind
 from tuner.bench.types import BenchResult, LoadPointResult
@@ -59,6 +61,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         choices=("tuner", "bench_serving"),
         default="tuner",
         help="with --json: the tuner's result, or one line per load point with sglang.bench_serving's keys",
+    )
+    bench.add_argument(
+        "--goodput",
+        nargs="+",
+        metavar="KEY:MS",
+        default=None,
+        help="per-request bounds as bench_serving's --goodput (ttft:300 tpot:40 e2el:2000): print each load "
+        "point's request goodput and SLO attainment (default with --space: its TTFT/TPOT/E2E constraints)",
     )
     _add_api_key(bench)
     group = bench.add_argument_group("workload and load points (without --space)")
@@ -177,18 +187,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tuner.cli.output import print_json
 
     settings = bench_settings(args)
+    bounds = goodput_bounds_of(args)
     auth = auth_for_url(args.api_key)
     stop = stop_requested  # Ctrl-C, SIGTERM, SIGHUP...: every request is cancelled, whatever the server does
     result = benchmark(
         args.url.rstrip("/"), settings, model=args.model, progress=not args.json, auth=auth, stop=stop
     )
     if args.json and args.json_format == "bench_serving":
-        for record in bench_serving_records(result, settings):
+        for record in bench_serving_records(result, settings, bounds):
             print(json.dumps(record))  # json, as bench_serving writes it (a rate of inf is Infinity)
     elif args.json:
         print_json(result)
     else:
-        print("\n".join(bench_lines(result)))
+        print("\n".join(bench_lines(result, bounds)))
     metrics = result.objective_metrics
     failed = failed_line(result)
     if failed is not None:
@@ -200,11 +211,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if ok and failed is None else 1
 
 
-def bench_lines(result: BenchResult) -> list[str]:
+def goodput_bounds_of(args: argparse.Namespace) -> dict[str, float]:
+    """`--goodput`'s bounds; without it, those the space's latency constraints set (else none)."""
+    if args.goodput:
+        return parse_goodput(args.goodput)
+    if args.space is not None:
+        from tuner.objectives import latency_bounds
+        from tuner.space.loader import load_space
+
+        return latency_bounds(load_space(args.space).constraints)
+    return {}
+
+
+def bench_lines(result: BenchResult, goodput: Mapping[str, float] | None = None) -> list[str]:
     """The result in SGLang bench_serving's words, one block per load point, then the self-check."""
     lines = [f"model {result.model}; {len(result.points)} load point(s); stage {result.duration_s:.1f} s"]
     for point in result.points:
         lines.extend(_point_lines(point))
+        if goodput:
+            lines.extend(_goodput_lines(point, goodput))
     lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
     verdict = "NOT TRUSTED: the client may have been the bottleneck" if result.client_bound else "ok"
     lines.append(
@@ -215,6 +240,17 @@ def bench_lines(result: BenchResult) -> list[str]:
     if result.deadline_hit:
         lines.append("the stage deadline ended the benchmark: results are partial")
     return [one_line(line) for line in lines]  # a server's text (model id, errors) escaped
+
+
+def _goodput_lines(point: LoadPointResult, bounds: Mapping[str, float]) -> list[str]:
+    """bench_serving's goodput line and the SLO attainment of one load point ("-": nothing sent)."""
+    found = point_goodput(point.records, bounds, point.metrics.duration_s)
+    goodput = f"{found.request_goodput:.2f}" if found else "-"
+    attained = f"{found.slo_attainment:.1%} ({found.good} of {found.sent} requests)" if found else "-"
+    return [
+        f"  {'Request goodput (req/s)':<38} {goodput}",
+        f"  {'SLO attainment':<38} {attained} within --goodput {goodput_flag(bounds)}",
+    ]
 
 
 def _point_lines(point: LoadPointResult) -> list[str]:

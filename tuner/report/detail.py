@@ -186,9 +186,9 @@ def param_importances(
     """Optuna's default evaluator (PED-ANOVA in 5.0) once per objective, through `target=`.
 
     PED-ANOVA scores what it takes to reach *low* target values, so maximised
-    objectives are negated. Over all COMPLETE trials by default (failures carry
-    pessimistic values, so "what makes it crash" counts); `feasible_only` keeps
-    only trials that met every constraint.
+    objectives are negated. Over all COMPLETE trials by default: measured ones (and
+    an earlier release's failures, told with pessimistic values); `feasible_only`
+    keeps only trials that met every constraint.
     """
     complete = [
         t

@@ -254,8 +254,6 @@ _TAIL_COLUMNS = (
     "why",
     "runs",
     "launch_gpus",
-    "request_goodput",
-    "slo_attainment",
     "log_path",
     "capacity",
 )
@@ -333,7 +331,7 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
                 "why": why,
                 "runs": figures.runs if figures else 0,
                 "launch_gpus": launch_gpu_count(row) if row and row.argv else None,
-                **_goodput_columns(data, row),
+                **_goodput_columns(data, row, figures),
                 "log_path": row.log_path if row else None,
                 "capacity": _capacity(data, row),
             }
@@ -348,8 +346,14 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     return frame
 
 
-def _goodput_columns(data: StudyData, row: StoredTrial | None) -> dict[str, float | None]:
-    """bench_serving's `request_goodput` and the SLO attainment: the median over the trial's runs."""
+def _goodput_columns(
+    data: StudyData, row: StoredTrial | None, figures: TrialFigures | None
+) -> dict[str, float | None]:
+    """bench_serving's `request_goodput` and the SLO attainment: the median over the trial's runs, as
+    stored with each run (`figures`), else computed from an earlier release's request records."""
+    stored = {k: figures.values.get(k) for k in ("request_goodput", "slo_attainment")} if figures else {}
+    if stored and all(v is not None for v in stored.values()):
+        return stored
     if row is None:
         return {"request_goodput": None, "slo_attainment": None}
     runs = [g for r in (row, *data.confirmations(row.id)) if (g := data.goodput.get(r.id)) is not None]

@@ -18,6 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from tuner.bench.goodput import count_good
+from tuner.objectives import latency_bounds
 from tuner.space.sections import Slo
 
 __all__ = ["Goodput", "goodput_bounds", "goodput_of", "objective_duration", "with_latencies"]
@@ -49,13 +51,10 @@ class Goodput:
 
 
 def goodput_bounds(slos: Sequence[Slo]) -> dict[str, float]:
-    """The per-request bound of each latency family that the study's constraints bound from above."""
-    out: dict[str, float] = {}
-    for slo in slos:
-        family = slo.metric.split("_", 1)[0]
-        if family in FAMILIES and slo.metric.endswith("_ms") and slo.op in ("<=", "<"):
-            out[family] = min(slo.bound, out.get(family, slo.bound))
-    return out
+    """The per-request bound of each latency family that the study's constraints bound from above
+    (tuner.objectives.latency_bounds, keyed by family here: ttft, tpot, e2e)."""
+    family = {v: k for k, v in BENCH_SERVING_KEYS.items()}
+    return {family[k]: v for k, v in latency_bounds(slos).items()}
 
 
 def objective_duration(bench: Mapping[str, Any] | None, label: str | None) -> float | None:
@@ -83,13 +82,20 @@ def goodput_of(
     frame = with_latencies(frame)
     if "ttft_ms" not in frame:
         return None
-    good_mask = frame["success"].astype(bool) if "success" in frame else pd.Series(True, index=frame.index)
-    for family, bound in bounds.items():
-        values = pd.to_numeric(frame[FAMILIES[family]], errors="coerce")
-        if family == "tpot":
-            values = values.fillna(0.0)  # one output token or none: TPOT 0, as bench_serving
-        good_mask &= values <= bound
-    good, sent = int(good_mask.sum()), len(frame)
+    if "t_sent_s" in frame:
+        frame = frame[pd.to_numeric(frame["t_sent_s"], errors="coerce").notna()]  # requests that went out
+    success = frame["success"].astype(bool) if "success" in frame else pd.Series(True, index=frame.index)
+    columns = [pd.to_numeric(frame[FAMILIES[f]], errors="coerce") if FAMILIES[f] in frame else None
+               for f in ("ttft", "tpot", "e2e")]  # fmt: skip
+    rows = zip(
+        success,
+        *(_values(c, len(frame)) for c in columns),
+        strict=True,
+    )
+    keyed = {BENCH_SERVING_KEYS[f]: v for f, v in bounds.items()}
+    good, sent = count_good(rows, keyed)  # one definition with `tuner bench --goodput` and the store
+    if not sent:
+        return None
     return Goodput(
         request_goodput=good / duration_s,
         slo_attainment=good / sent if sent else 0.0,
@@ -97,6 +103,12 @@ def goodput_of(
         sent=sent,
         bounds=dict(bounds),
     )
+
+
+def _values(column: pd.Series | None, n: int) -> list[float | None]:
+    if column is None:
+        return [None] * n
+    return [None if pd.isna(v) else float(v) for v in column]
 
 
 def with_latencies(frame: pd.DataFrame) -> pd.DataFrame:

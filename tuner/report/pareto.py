@@ -7,6 +7,7 @@ rather than show a front that one of them denies (reference optuna.md §3).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 import optuna
@@ -27,9 +28,10 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
     """Trial numbers on the Pareto front of the study's objectives among feasible trials.
 
     Computed from the tuner's rows (recorded feasibility and metrics; a reused result counts with
-    its original's numbers) and compared with Optuna's best_trials, which see each trial's first
-    measurement: disagreement raises ReportError (strict) or is logged as an error. The front
-    returned ranks re-measured trials (finalists, `confirm`) by their medians.
+    its original's numbers) and compared with Optuna's best_trials, which see each re-measured trial's
+    median (an earlier release's database: its first measurement): disagreement raises ReportError
+    (strict) or is logged as an error. The front returned ranks re-measured trials (finalists,
+    `confirm`) by their medians.
     """
     points: dict[int, tuple[float, ...]] = {}
     numbers = (
@@ -53,7 +55,13 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
             continue
         points[number] = point  # type: ignore[assignment]  # None excluded above
         medians[number] = tuple(median.get(m) or point[i] for i, m in enumerate(data.metric_names))  # type: ignore[misc]
-    ours = non_dominated(points, data.directions)
+    by_median = non_dominated(medians, data.directions)
+    told = {t.number: tuple(t.values) for t in data.trials if t.values is not None}
+    # what Optuna holds of each trial: its median once amended (tuner.study.amend), else (a trial of an
+    # earlier release, or one whose amendment failed) its first measurement
+    ours = non_dominated(
+        {n: medians[n] if _same(told.get(n), medians[n]) else p for n, p in points.items()}, data.directions
+    )
     theirs = data.best_numbers
     if theirs is not None and tuple(sorted(theirs)) != ours:
         detail = f"; trials without a usable record: {missing}" if missing else ""
@@ -65,8 +73,13 @@ def pareto_front(data: StudyData, *, strict: bool = True) -> tuple[int, ...]:
         if strict:
             raise ReportError(message)
         log.error("%s", message)
-    # Optuna knows each trial's first measurement (checked above); the front shown uses the medians.
-    return non_dominated(medians, data.directions) if medians != points else ours
+    return by_median  # the front shown ranks every trial by the median of its measurements
+
+
+def _same(told: tuple[float, ...] | None, values: tuple[float, ...]) -> bool:
+    return told is not None and len(told) == len(values) and all(
+        math.isclose(a, b, rel_tol=1e-9) for a, b in zip(told, values, strict=True)
+    )
 
 
 def pareto_numbers(study: optuna.Study) -> list[int]:

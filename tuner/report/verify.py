@@ -4,8 +4,10 @@ command and as SGLang's own `python -m sglang.bench_serving` command (pure).
 The workload and load point are read from the space file stored with the study. The SGLang form
 uses the spelling README documents for 0.5.23 (`--dataset-name random-ids --tokenize-prompt`,
 fixed lengths with `--random-range-ratio`, `--max-concurrency`, `--request-rate`); a ShareGPT
-workload uses `--dataset-name sharegpt --dataset-path`. The model path and port are the export's
-(port 30000, the launch script's default).
+workload uses `--dataset-name sharegpt --dataset-path`. A study with TTFT/TPOT/E2E constraints
+adds `--goodput` with the per-request bounds they set (tuner.objectives.latency_bounds), so both
+commands print the goodput and SLO attainment the study stored. The model path and port are the
+export's (port 30000, the launch script's default).
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
+
+from tuner.bench.goodput import goodput_flag
+from tuner.objectives import latency_bounds
+from tuner.report.why import slos_of
 
 __all__ = ["verify_lines"]
 
@@ -82,6 +88,10 @@ def verify_lines(space_text: str | None, argv: Sequence[str] = ()) -> tuple[str,
     if conc:
         theirs += ["--max-concurrency", str(conc)]
     theirs += ["--request-rate", f"{rate:g}" if rate else "inf", "--flush-cache"]
+    bounds = latency_bounds(slos_of(space_text))  # the study's latency constraints, per request
+    if bounds:
+        ours += ["--goodput", *goodput_flag(bounds).split()]
+        theirs += ["--goodput", *goodput_flag(bounds).split()]
     model = _model(argv)
     if model:
         theirs += ["--tokenizer", model]

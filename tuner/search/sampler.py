@@ -29,6 +29,7 @@ from tuner.search.feasible import Mechanism, mechanism_of
 from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features
+from tuner.search.told import concluded, measured_values
 from tuner.space.sampling import joined_params, sampler_params
 
 if TYPE_CHECKING:
@@ -111,8 +112,8 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         choosing = 0  # trials asked before this one, still choosing: they take the better candidates
         launches = 0
         for t in trials:
-            if t.number == trial.number or t.state not in (TrialState.COMPLETE, TrialState.RUNNING):
-                continue
+            if t.number == trial.number or not (concluded(t) or t.state is TrialState.RUNNING):
+                continue  # a verdict's FAIL / PRUNED is read like a COMPLETE one (tuner.search.told)
             i = index.get(params_key(joined_params(self._space, t.params)))
             if i is None:
                 choosing += t.state is TrialState.RUNNING and t.number < trial.number
@@ -172,7 +173,7 @@ def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> S
     attrs = t.user_attrs
     if any(attrs.get(k) for k in NOT_LAUNCHED) or attrs.get("dedup_of") is not None:
         return None
-    values = t.values or []
+    values = measured_values(t) or ()
     outcome = str(attrs.get("failure") or attrs.get("outcome") or "ok")
     failed = mechanism_of(outcome)
     if (

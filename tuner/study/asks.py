@@ -18,6 +18,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.search.told import concluded
 from tuner.store.rows import StoredTrial
 
 # The user attributes the study writes on asks that never launched (see tuner.study.tell).
@@ -106,7 +107,7 @@ def classify_trial(trial: FrozenTrial | None, row: StoredTrial | None, number: i
         return Ask(number=n, fate=Fate.RUNNING)
     if trial is not None and trial.state is TrialState.WAITING:
         return Ask(number=n, fate=Fate.WAITING)
-    if trial is not None and trial.state is TrialState.FAIL:
+    if trial is not None and trial.state is TrialState.FAIL and not concluded(trial):
         failure = row.outcome.value if row is not None else str(attrs.get("outcome") or "failed")
         return Ask(number=n, fate=Fate.RETRIED, failure=failure)
     if attrs.get(FORBIDDEN_ATTR):

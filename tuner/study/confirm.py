@@ -4,7 +4,9 @@ The repeats go through the same `trial_session` and `run_trial` as the study
 (same engine, probe, run directory, orphans stopped first), and are stored as
 rows with `confirm_of = <the original row id>`; they are not Optuna trials,
 so the sampler and the Pareto front never see them. The export then reports
-the median and spread over the original and its repeats.
+the median and spread over the original and its repeats, and the trial's
+Optuna values and user attributes (the dashboard's) are amended to the same
+median (tuner.study.amend).
 
 Before launching, the configuration is rendered again from the space file
 and its hash compared with the one recorded: if the space now renders a
@@ -18,15 +20,19 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import optuna
+
 from tuner.config import Outcome
 from tuner.errors import ConfigError, ProfileError
 from tuner.result import TrialResult
 from tuner.session import key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.store.factory import open_store
-from tuner.store.protocol import StoreOpener
+from tuner.store.protocol import ResultStore, StoreOpener
 from tuner.store.rows import StoredTrial
+from tuner.study.amend import amend_from_store
 from tuner.study.repeat import record_repeat
+from tuner.study.storage import make_storage
 from tuner.trial import run_trial
 
 __all__ = ["ConfirmRun", "confirm"]
@@ -104,6 +110,8 @@ def confirm(
                 outcomes.append(result.outcome)
                 if on_result is not None:
                     on_result(i, result)
+        if ids and number is not None:
+            _amend(db_url, name, store, number)
     return ConfirmRun(
         study=name,
         trial=number,
@@ -112,3 +120,13 @@ def confirm(
         outcomes=tuple(outcomes),
         interrupted=interrupted,
     )
+
+
+def _amend(db_url: str, study: str, store: ResultStore, number: int) -> None:
+    """The dashboard's values of the trial: the median over the original and every repeat."""
+    try:
+        loaded = optuna.load_study(study_name=study, storage=make_storage(db_url))
+    except Exception as exc:  # noqa: BLE001 - the repeats are recorded; the dashboard lags
+        log.warning("trial %d: the dashboard's values still show its first measurement: %s", number, exc)
+        return
+    amend_from_store(loaded, store, number)

@@ -27,33 +27,44 @@ import sqlalchemy as sa
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StoreError, StoreLostError
+from tuner.search.told import PENDING
 from tuner.store.connect import mask_url
 from tuner.store.health import StoreWatch
 from tuner.store.protocol import ResultStore
 
 log = logging.getLogger(__name__)
 
-PENDING = "pending_tell"  # user attribute: the tell a trial is about to get
+__all__ = ["PENDING", "finish_recorded", "mark_pending", "store_guard"]
 
 
-def mark_pending(trial: optuna.Trial, *, state: TrialState, values: tuple[float, ...] = ()) -> None:
-    """Step 1: record the coming tell in the trial itself, before the row is written."""
-    trial.set_user_attr(PENDING, {"state": state.name, "values": list(values)})
+def mark_pending(
+    trial: optuna.Trial, *, state: TrialState, values: tuple[float, ...] = (), verdict: bool = False
+) -> None:
+    """Step 1: record the coming tell in the trial itself, before the row is written. `verdict`: the
+    tell carries the trial's verdict (a FAIL or PRUNED that is a result, not a retry: tuner.search.told)."""
+    trial.set_user_attr(PENDING, {"state": state.name, "values": list(values), "verdict": verdict})
 
 
 def finish_recorded(study: optuna.Study, store: ResultStore, study_name: str, trial: FrozenTrial) -> bool:
     """Finish the tell of a dead worker's trial whose row was written; True when done.
 
-    Only a trial told COMPLETE is finished here: a pending FAIL is failed and retried by the
-    caller as any lost trial is, which is what its tell would have done.
+    Only a tell with the trial's verdict is finished here (COMPLETE with its values, or a verdict's
+    FAIL / PRUNED): a pending retry's FAIL is failed and retried by the caller as any lost trial is,
+    which is what its tell would have done.
     """
     pending = trial.user_attrs.get(PENDING)
-    if not isinstance(pending, dict) or pending.get("state") != TrialState.COMPLETE.name:
+    if not isinstance(pending, dict):
         return False
-    if not any(row.trial_number == trial.number for row in store.trials(study_name)):
+    state = pending.get("state")
+    final = state == TrialState.COMPLETE.name or (
+        pending.get("verdict") and state in (TrialState.FAIL.name, TrialState.PRUNED.name)
+    )
+    if not final or not any(row.trial_number == trial.number for row in store.trials(study_name)):
         return False
-    values = [float(v) for v in pending.get("values", [])]
-    study.tell(trial.number, values, skip_if_finished=True)
+    if state == TrialState.COMPLETE.name:
+        study.tell(trial.number, [float(v) for v in pending.get("values", [])], skip_if_finished=True)
+    else:
+        study.tell(trial.number, state=TrialState[str(state)], skip_if_finished=True)
     log.warning("trial %d was recorded but its worker died before telling Optuna: told now", trial.number)
     return True
 

@@ -23,6 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import TrialConfig
 from tuner.errors import ConfigError
+from tuner.search.told import concluded
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.space.params import Param, ParamKind, clean_float, condition_holds
 from tuner.space.sampling import forbidden_reason
@@ -141,7 +142,7 @@ def asked_configs(space: SearchSpace, trials: Iterable[FrozenTrial]) -> list[Tri
     """The configurations of the trials asked so far (finished or running), in this space's terms."""
     out = []
     for t in trials:
-        if t.state in (TrialState.COMPLETE, TrialState.RUNNING):
+        if concluded(t) or t.state is TrialState.RUNNING:
             try:
                 out.append(config_from_params(space, t.params))
             except ConfigError:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.front import ranked
+from tuner.search.told import concluded
 from tuner.study.learn import launched
 
 STATE_ATTR = "finalists"  # study user attr: {trial number: repeats claimed}
@@ -120,7 +121,6 @@ def claimed(state: Mapping[str, int]) -> int:
 def launch_counts(trials: Sequence[FrozenTrial], state: Mapping[str, int]) -> tuple[int, int]:
     """Launches finished and running as the budget counts them: trials that launched a server (not
     pruned, forbidden or reused, whichever trial they reuse) plus the finalists' repeats claimed."""
-    live = (TrialState.COMPLETE, TrialState.RUNNING)
-    ran = [t for t in trials if t.state in live and launched(t.user_attrs)]
-    done = sum(1 for t in ran if t.state is TrialState.COMPLETE)
+    ran = [t for t in trials if (concluded(t) or t.state is TrialState.RUNNING) and launched(t.user_attrs)]
+    done = sum(1 for t in ran if concluded(t))
     return done + claimed(state), len(ran) - done

@@ -14,13 +14,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from tuner.config import Outcome, Verdict
 from tuner.errors import ConfigError
 from tuner.result import TrialResult
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.policy import Policy, build_policy
+from tuner.search.told import concluded
 from tuner.space.loader import SearchSpace, config_from_params
 
 PRUNED = "pruned"  # user attr: the trial was told infeasible without a launch
@@ -61,7 +62,7 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
 def evidence_of(space: SearchSpace, trial: FrozenTrial) -> Evidence | None:
     """What a finished, launched trial proved; None for trials that launched nothing or say nothing."""
     attrs = trial.user_attrs
-    if trial.state is not TrialState.COMPLETE or not launched(attrs):
+    if not concluded(trial) or not launched(attrs):
         return None
     try:
         outcome = Outcome(attrs.get("failure") or attrs.get("outcome") or "ok")
@@ -123,7 +124,7 @@ def measured_before(trials: Iterable[FrozenTrial], chash: str, *, exclude: int) 
     for t in trials:
         attrs = t.user_attrs
         if (
-            t.state is TrialState.COMPLETE
+            concluded(t)
             and t.number != exclude
             and chash in (attrs.get("cfg_hash"), attrs.get("effective_key"))
             and launched(attrs)

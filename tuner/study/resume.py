@@ -19,7 +19,6 @@ from typing import Any
 
 import optuna
 import yaml
-from optuna.trial import TrialState
 
 from tuner.errors import ConfigError
 from tuner.secrets import readable_space_text, redact_space_text, secret_values
@@ -169,7 +168,7 @@ def stored_studies(storage: optuna.storages.BaseStorage) -> list[StoredStudy]:
 
 def launches_done(study: optuna.Study) -> int:
     """Finished launches and claimed finalist repeats: what `run`'s budget counts, never asks."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    done = study.get_trials(deepcopy=False)  # finalists.launch_counts keeps the concluded launches
     state = study.user_attrs.get(finalists.STATE_ATTR) or {}
     return finalists.launch_counts(done, state)[0]
 

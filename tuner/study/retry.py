@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import StoreError
 from tuner.interrupts import INTERRUPTS
 from tuner.names import one_line
+from tuner.search.told import PENDING
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ def fail_unrecorded(study: optuna.Study, trial: optuna.Trial, reason: str, *, ag
         with INTERRUPTS.deferred():
             trial.set_user_attr("state", "failed")
             trial.set_user_attr("failure_message", f"not recorded: {reason}"[:500])
+            trial.set_user_attr(PENDING, None)  # a FAIL without a verdict, whatever tell was pending
             study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             if again:
                 retry(study, study.get_trials(deepcopy=False)[trial.number], reason="not recorded")

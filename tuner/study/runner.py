@@ -42,9 +42,10 @@ from tuner.store.health import StoreWatch
 from tuner.store.preflight import check_database
 from tuner.store.protocol import StoreOpener
 from tuner.study import fill, finalists
+from tuner.study.amend import amend_from_store
 from tuner.study.backoff import InfraBackoff
 from tuner.study.claims import claim_launch
-from tuner.study.durable import finish_recorded, store_guard
+from tuner.study.durable import PENDING, finish_recorded, store_guard
 from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
 from tuner.study.learn import measured_before, policy_for, sampler_seed, study_evidence
 from tuner.study.repeat import record_repeat
@@ -144,12 +145,14 @@ class StudyRunner:
             # reliability: its row was written but its tell was lost: finish the tell
             if finish_recorded(self.study, self.store, self.name, trial):
                 continue
+            # lost before its tell: a FAIL without a verdict (a pending verdict would read as a result)
+            self.study._storage.set_trial_user_attr(trial._trial_id, PENDING, None)
             self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
             retry(self.study, trial, reason="worker died")
 
     def _counts(self) -> tuple[int, int]:
         """Launches finished (finalist repeats included) and running, as the budget counts them."""
-        trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        trials = self.study.get_trials(deepcopy=False)
         return finalists.launch_counts(trials, self.study.user_attrs.get(finalists.STATE_ATTR) or {})
 
     # -- the loop -------------------------------------------------------------------------------
@@ -331,9 +334,8 @@ class StudyRunner:
                     outcome = Outcome(reused.user_attrs.get("outcome", "ok"))
                     message = f"same launch as trial {reused.number}: result reused"
                     feasible = is_feasible(reused.constraints)
-                    self._announce(
-                        trial.number, outcome, tuple(reused.values), feasible, reused.number, message, t0
-                    )
+                    values = tuple(reused.values or ())  # a failed launch has none
+                    self._announce(trial.number, outcome, values, feasible, reused.number, message, t0)
                     return outcome, False
                 p = decision.prediction
                 trial.set_user_attr("pred_kv_tokens", p.kv_tokens)
@@ -390,6 +392,8 @@ class StudyRunner:
             )
             if verdict.retryable:
                 self._unclaim(number)
+            else:  # the dashboard shows the median of its measurements, as every view does
+                amend_from_store(self.study, self.store, number)
             message = f"finalist trial {number}, repeat {job.repeat}: " + (
                 result.failure.message if result.failure else verdict.message
             )

@@ -137,7 +137,7 @@ def open_study(space: SearchSpace, url: str, study_name: str | None = None) -> o
 
 
 def state_label(outcome: str, feasible: bool, retryable: bool) -> str:
-    """The `state` user attribute: what the dashboard's COMPLETE hides (`FAILED: oom`, `INFEASIBLE: ...`)."""
+    """The `state` user attribute: the verdict in one line (`FAILED: oom`, `INFEASIBLE: ...`)."""
     if feasible:
         return "ok"
     if retryable:

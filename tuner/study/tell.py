@@ -2,8 +2,10 @@
 
 A launched trial is judged once (`objectives.judge`); its row, its user attributes (including the
 evidence the failure rules are derived from) and the values told to Optuna all come from that
-verdict. A pruned suggestion is told exactly like a real failure of its class (pessimistic values,
-failure constraint) and recorded as `pruned` with the rule and evidence that proved it.
+verdict. A measured trial is told COMPLETE with its values; a failed launch FAIL and a pruned
+suggestion PRUNED, each without values, with the failure constraint and the outcome in its user
+attributes (tuner.search.told); a pruned one is recorded as `pruned` with the rule and evidence that
+proved it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tuner.objectives import judge
 from tuner.private import make_private, private_dir
 from tuner.result import TrialResult
 from tuner.search.policy import Decision
+from tuner.search.told import verdict_state
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import Objective
 from tuner.store.protocol import ResultStore
@@ -91,12 +94,7 @@ class Teller:
             self._record(trial.number, result, params, chash, verdict)
             self.study.tell(trial, state=TrialState.FAIL)
             return verdict
-        for key, value in verdict.constraints.items():
-            trial.set_constraint(key, value)
-        self._dashboard_constraints(trial, verdict.constraints)
-        mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
-        self._record(trial.number, result, params, chash, verdict)
-        self.study.tell(trial, list(verdict.values))
+        self._conclude(trial, result, params, chash, verdict, launched=True)
         return verdict
 
     def pruned(
@@ -132,12 +130,32 @@ class Teller:
             trial.set_user_attr(key, value)
         for key, value in verdict.constraints.items():
             trial.set_user_attr(f"c_{key}", value)
+        self._conclude(trial, result, params, chash, verdict, launched=False)
+        return verdict
+
+    def _conclude(
+        self,
+        trial: optuna.Trial,
+        result: TrialResult,
+        params: dict[str, Any],
+        chash: str,
+        verdict: Verdict,
+        *,
+        launched: bool,
+    ) -> None:
+        """Constraints, pending tell, row, tell: COMPLETE with the measured values, else FAIL (a failed
+        launch) or PRUNED (nothing launched) without values (tuner.search.told)."""
+        for key, value in verdict.constraints.items():
             trial.set_constraint(key, value)
         self._dashboard_constraints(trial, verdict.constraints)
-        mark_pending(trial, state=TrialState.COMPLETE, values=tuple(verdict.values))
+        state = verdict_state(measured=verdict.outcome.measured, launched=launched)
+        values = tuple(verdict.values) if state is TrialState.COMPLETE else ()
+        mark_pending(trial, state=state, values=values, verdict=True)
         self._record(trial.number, result, params, chash, verdict)
-        self.study.tell(trial, list(verdict.values))
-        return verdict
+        if state is TrialState.COMPLETE:
+            self.study.tell(trial, list(values))
+        else:
+            self.study.tell(trial, state=state)
 
     def reused(self, trial: optuna.Trial, prior: FrozenTrial) -> None:
         """Tell a trial whose effective launch was already measured with that measurement."""
@@ -150,7 +168,12 @@ class Teller:
                 trial.set_user_attr(key, prior.user_attrs[key])
         trial.set_user_attr("dedup_of", prior.number)
         trial.set_user_attr("fate", Fate.REUSED.value)
-        self.study.tell(trial, list(prior.values))
+        if prior.state is TrialState.COMPLETE and prior.values is not None:
+            mark_pending(trial, state=TrialState.COMPLETE, values=tuple(prior.values), verdict=True)
+            self.study.tell(trial, list(prior.values))
+        else:  # the launch failed: this ask fails with it, without values
+            mark_pending(trial, state=prior.state, verdict=True)
+            self.study.tell(trial, state=prior.state)
 
     def _dashboard_constraints(self, trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
         """The constraints again as Optuna's older list attribute: optuna-dashboard (0.21) reads only
