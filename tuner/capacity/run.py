@@ -30,7 +30,8 @@ from tuner.report.frame import StudyData, load_study_data, measurements
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.space.sections import Slo
-from tuner.store.capacity import CapacityRecord, save
+from tuner.store.capacity import CapacityRecord
+from tuner.store.factory import open_store
 from tuner.store.rows import StoredTrial
 from tuner.trial import run_trial
 
@@ -269,7 +270,8 @@ def capacity(
         message=None if failure is None else failure.message[:500],
     )
     if record.outcome != Outcome.INTERRUPTED.value:
-        save(db_url, record)  # an interrupted search is not a result
+        with open_store(db_url) as store:  # an interrupted search is not a result
+            store.save_capacity(record)
     return record
 
 

@@ -35,7 +35,6 @@ from tuner.report.knobs import _short_names, compact_params, param_legend
 from tuner.report.why import reason, slos_of
 from tuner.secrets import readable_space_text
 from tuner.store.capacity import CapacityRecord, bind_rows, latest_by_row
-from tuner.store.capacity import load as load_capacity
 from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.factory import open_store
 from tuner.store.protocol import StoreOpener
@@ -145,6 +144,7 @@ def _load(url: str, study: str | None, preferred: str | None, stores: StoreOpene
     with stores(url, create=False) as store:
         name = store.resolve_study(study, preferred=preferred)
         rows = store.trials(name)
+        capacity = bind_rows(store.capacity(name), rows)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -152,7 +152,7 @@ def _load(url: str, study: str | None, preferred: str | None, stores: StoreOpene
             loaded = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         log.warning("study %r has tuner rows but no Optuna study in %s", name, mask_url(url))
-        return StudyData(name=name, url=url, rows=rows)
+        return StudyData(name=name, url=url, rows=rows, capacity=capacity)
     except Exception as exc:  # Optuna wraps database errors in many types
         raise StoreError(
             f"experiments database {mask_url(url)}: cannot read Optuna study {name!r}: {exc}"
@@ -175,7 +175,7 @@ def _load(url: str, study: str | None, preferred: str | None, stores: StoreOpene
         space_text=readable_space_text(text)
         if isinstance(text := loaded.user_attrs.get("space_text"), str)
         else None,
-        capacity=bind_rows(load_capacity(url, name), rows),
+        capacity=capacity,
     )
 
 

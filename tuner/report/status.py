@@ -31,7 +31,6 @@ from tuner.report.frame import (
 from tuner.report.knobs import param_legend
 from tuner.report.pareto import pareto_front
 from tuner.store.capacity import bind_rows, latest_by_row
-from tuner.store.capacity import load as load_capacity
 from tuner.store.protocol import ResultStore
 from tuner.study.asks import Ask, Fate, classify, tally, tally_lines
 
@@ -52,7 +51,7 @@ def study_data(store: ResultStore, study_name: str, study: optuna.Study | None) 
         directions=directions,
         best_numbers=best,
         space_text=text if isinstance(text := study.user_attrs.get("space_text"), str) else None,
-        capacity=bind_rows(load_capacity(store.url, study_name), rows),
+        capacity=bind_rows(store.capacity(study_name), rows),
     )
 
 
