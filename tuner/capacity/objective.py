@@ -280,11 +280,14 @@ class CapacityExecutor:
         return replace(result, stage_metrics={**result.stage_metrics, self.spec.metric: value})
 
 
-def executor_for(space: SearchSpace, *, db_url: str, study: str, warm: tuple[str, str] | None = None) -> Any:
+def executor_for(
+    space: SearchSpace, *, db_url: str, study: str, warm: tuple[str, str] | None = None,
+    stores: StoreOpener = open_store,
+) -> Any:  # fmt: skip
     """What launches the study's trials: with the load search when the space has a capacity objective."""
     if capacity_spec(space) is None:
         return run_trial
-    return CapacityExecutor(space, db_url=db_url, study=study, warm=warm)
+    return CapacityExecutor(space, db_url=db_url, study=study, warm=warm, stores=stores)
 
 
 def curve_points(search: Search, kv_tokens: int | None, bench: BenchSettings) -> tuple[dict[str, Any], ...]:

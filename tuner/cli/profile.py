@@ -17,6 +17,7 @@ from tuner.cli.output import (
     database_arg,
     output_folder,
     release,
+    stores_of,
     write_file,
     written,
 )
@@ -154,7 +155,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     if args.output is not None:  # a path that cannot be written is refused before anything is said
         check_writable(args.output, "-o")
-    data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args), goodput=True)
+    data = load_study_data(
+        database_url(args.db), args.study, preferred=_preferred(args), goodput=True, stores=stores_of(args)
+    )
     if args.trial is None and (args.allow_infeasible and not args.best):
         raise ConfigError(
             "--allow-infeasible: expected --trial N with it (--best only picks feasible trials)"
@@ -198,17 +201,17 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     from tuner.report.frame import load_study_data
     from tuner.space.loader import load_space
     from tuner.store.connect import database_url
-    from tuner.store.factory import open_store
     from tuner.study.confirm import confirm
 
     space = load_space(args.space)
     url = database_url(args.db)
+    stores = stores_of(args)
     if args.repeats < 1:
         raise ConfigError(f"--repeats: expected at least 1 (got {args.repeats})")
-    with open_store(url, create=False) as store:
+    with stores(url, create=False) as store:
         name = store.resolve_study(args.study, preferred=space.study_name)
     choice = select(
-        load_study_data(url, name),
+        load_study_data(url, name, stores=stores),
         trial=args.trial,
         prefer=args.prefer,
         min_free_mib=args.min_free_mib,
@@ -226,10 +229,11 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         trial=args.trial,
         repeats=args.repeats,
         on_result=on_result,
+        stores=stores,
     )
     if choice.reason:
         print(choice.reason, file=sys.stderr)
-    data = load_study_data(url, run.study)
+    data = load_study_data(url, run.study, stores=stores)
     original = next(r for r in data.rows if r.id == run.original_id)
     profile = build_profile(
         data,
@@ -281,8 +285,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         save_png,
     )
     from tuner.store.connect import database_url
-    from tuner.store.factory import open_store
 
+    stores = stores_of(args)
     if args.out is None and args.html is None:
         raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")
     if args.html is not None:
@@ -290,11 +294,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out}: is a file; expected a folder")
     url = database_url(args.db)
-    data = load_study_data(url, args.study, preferred=_preferred(args), goodput=True)
+    data = load_study_data(url, args.study, preferred=_preferred(args), goodput=True, stores=stores)
     if args.html is not None:
         from tuner.report.page import study_page
 
-        write_file(args.html, study_page(data), "--html")
+        write_file(args.html, study_page(data, stores=stores), "--html")
         print(f"wrote {args.html}")
         if args.out is None:
             return 0
@@ -335,7 +339,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     params = frame.attrs.get("params", [])
     if "mem-fraction-static" in params:
         save("mem_fraction.png", lambda p: save_png(metric_vs_param_plot(frame, context=context), p))
-    with open_store(url, create=False) as store:
+    with stores(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:

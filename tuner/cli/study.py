@@ -24,6 +24,7 @@ from tuner.cli.output import (
     positive_int,
     release,
     seed,
+    stores_of,
     study_name,
 )
 from tuner.cli.run_options import RunOptions
@@ -31,6 +32,7 @@ from tuner.config import MAX_GPU_INDEX, Phase
 from tuner.errors import ConfigError, ExitCode, FlagError
 from tuner.names import one_line
 from tuner.space.loader import SearchSpace
+from tuner.store.protocol import StoreOpener
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -132,7 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     options = RunOptions.from_args(args)
     url = database_url(options.db)
-    if options.space is None and (done := _finished_study(options, url)) is not None:
+    stores = stores_of(args)
+    if options.space is None and (done := _finished_study(options, url, stores)) is not None:
         return done
     space, study_name = _space_to_run(options, url)
     if space.search.finalists.capacity:
@@ -151,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         verbose = bool(getattr(args, "verbose", False))
         name = study_name or space.study_name
-        return run_parallel(options, space, sets, db_url=url, study=name, verbose=verbose)
+        return run_parallel(options, space, sets, db_url=url, study=name, verbose=verbose, stores=stores)
     warm = None
     if options.warm_start is not None:
         from tuner.study.warm import WarmStart
@@ -171,9 +174,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             timeout_s=options.timeout,
             warm_start=warm,
             execute=executor_for(
-                space, db_url=url, study=study_name or space.study_name,
+                space,
+                db_url=url,
+                study=study_name or space.study_name,
                 warm=(warm.url, warm.study) if warm is not None else None,
+                stores=stores,
             ),  # fmt: skip
+            stores=stores,
         )
     )
     metric_names = [o.metric for o in space.objectives]
@@ -202,7 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = runner.run(Hooks(on_trial=on_trial, on_phase=on_phase))
     else:
         directions = [o.direction for o in space.objectives]
-        best = study_best(url, runner.name, metric_names, directions)
+        best = study_best(url, runner.name, metric_names, directions, stores=stores)
         display = RunDisplay(
             budget=runner.budget, metric_names=metric_names, directions=directions, best=best
         )
@@ -219,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if space.search.finalists.capacity and not summary.interrupted:
         from tuner.capacity.run import finalists_capacity
 
-        for record in finalists_capacity(space, db_url=url, study=summary.study_name):
+        for record in finalists_capacity(space, db_url=url, study=summary.study_name, stores=stores):
             print(f"capacity {record.line()}")
     from tuner.report.status import print_status
 
@@ -227,12 +234,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return ExitCode.INTERRUPTED if summary.interrupted else ExitCode.OK
 
 
-def _finished_study(args: RunOptions, url: str) -> int | None:
+def _finished_study(args: RunOptions, url: str, stores: StoreOpener) -> int | None:
     """A bare `run` on a database whose study is complete: its summary and exit 0, as `run --space` on
     it does (None where there is a study to resume, or no study: `_space_to_run` says which)."""
     from tuner.report.status import print_status
     from tuner.store.connect import mask_url
-    from tuner.store.factory import open_store
     from tuner.store.preflight import check_database
     from tuner.study.resume import stored_studies
     from tuner.study.storage import make_storage
@@ -251,7 +257,7 @@ def _finished_study(args: RunOptions, url: str) -> int | None:
     study = done[0]
     print(f"study {study.line()} is complete in {mask_url(url)}: nothing to run", file=sys.stderr, flush=True)
     print(f"study {study.name}: {study.finished}/{study.budget or '∞'} launches finished")
-    with open_store(url, create=False) as store:
+    with stores(url, create=False) as store:
         print_status(store, study.name, None)
     return ExitCode.OK
 
@@ -297,7 +303,7 @@ def _log_to(console: Console) -> Iterator[None]:
         root.handlers = saved
 
 
-def _single(space: Any, config: Any, ctx: Any) -> Any:
+def _single(space: Any, config: Any, ctx: Any, stores: StoreOpener) -> Any:
     """One trial of a capacity objective: its load search, its points kept only for this run."""
     import tempfile
 
@@ -305,7 +311,8 @@ def _single(space: Any, config: Any, ctx: Any) -> Any:
 
     with tempfile.TemporaryDirectory(prefix="tuner-trial-") as folder:
         url = f"sqlite:///{Path(folder) / 'capacity.db'}"
-        return CapacityExecutor(space, db_url=url, study=space.study_name)(config, ctx, label="single")
+        executor = CapacityExecutor(space, db_url=url, study=space.study_name, stores=stores)
+        return executor(config, ctx, label="single")
 
 
 def cmd_trial(args: argparse.Namespace) -> int:
@@ -326,7 +333,9 @@ def cmd_trial(args: argparse.Namespace) -> int:
     config = config_from_params(space, params)
     with trial_session(space, progress=not args.json) as ctx:
         single = capacity_spec(space) is not None
-        result = _single(space, config, ctx) if single else run_trial(config, ctx, label="single")
+        result = (
+            _single(space, config, ctx, stores_of(args)) if single else run_trial(config, ctx, label="single")
+        )
     # The launch's keys and tokens were in memory only: what is printed has them scrubbed.
     secrets = frozenset(space.secret_values)
     if result.launch is not None:
@@ -386,33 +395,32 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from tuner.report.status import print_status
     from tuner.store.connect import database_url
-    from tuner.store.factory import open_store
 
-    store = open_store(database_url(args.db), create=False)
+    store = stores_of(args)(database_url(args.db), create=False)
     preferred = None
     if args.space is not None:
         from tuner.space.loader import load_space
 
         preferred = load_space(args.space).study_name
-    name = store.resolve_study(args.study, preferred=preferred)
-    print_status(store, name, None)
+    with store:
+        name = store.resolve_study(args.study, preferred=preferred)
+        print_status(store, name, None)
     return 0
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
-    from tuner.report.frame import load_study_data
+    from tuner.report.frame import study_data_from
     from tuner.store.connect import database_url
-    from tuner.store.factory import open_store
     from tuner.study.asks import classify, tally
 
-    store = open_store(database_url(args.db), create=False)
-    if args.show_space is not None:
-        return _show_space(database_url(args.db), args.show_space)
-    for name in store.studies():
-        data = load_study_data(store.url, name)
-        counts = tally(classify(data.trials, data.rows))
-        repeats = sum(1 for r in data.rows if r.confirm_of is not None)
-        print(f"{name}\t{counts.asked} asks, {counts.launched} launches, {repeats} re-measurements")
+    with stores_of(args)(database_url(args.db), create=False) as store:
+        if args.show_space is not None:
+            return _show_space(database_url(args.db), args.show_space)
+        for name in store.studies():
+            data = study_data_from(store, name)
+            counts = tally(classify(data.trials, data.rows))
+            repeats = sum(1 for r in data.rows if r.confirm_of is not None)
+            print(f"{name}\t{counts.asked} asks, {counts.launched} launches, {repeats} re-measurements")
     return 0
 
 

@@ -37,7 +37,7 @@ from tuner.secrets import readable_space_text
 from tuner.store.capacity import CapacityRecord, bind_rows, latest_by_row
 from tuner.store.connect import mask_url, optuna_storage_kwargs
 from tuner.store.factory import open_store
-from tuner.store.protocol import StoreOpener
+from tuner.store.protocol import ResultStore, StoreOpener
 from tuner.store.rows import StoredTrial
 from tuner.study.asks import classify, classify_trial
 
@@ -142,9 +142,15 @@ def _load(url: str, study: str | None, preferred: str | None, stores: StoreOpene
             "TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
         )
     with stores(url, create=False) as store:
-        name = store.resolve_study(study, preferred=preferred)
-        rows = store.trials(name)
-        capacity = bind_rows(store.capacity(name), rows)
+        return study_data_from(store, study, preferred=preferred)
+
+
+def study_data_from(store: ResultStore, study: str | None, *, preferred: str | None = None) -> StudyData:
+    """One study's rows and capacity runs from an open store, and its Optuna trials from the same URL."""
+    url = store.url
+    name = store.resolve_study(study, preferred=preferred)
+    rows = store.trials(name)
+    capacity = bind_rows(store.capacity(name), rows)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

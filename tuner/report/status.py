@@ -24,7 +24,7 @@ from tuner.metrics import METRICS, Source
 from tuner.report.context import defines_slo
 from tuner.report.frame import (
     StudyData,
-    load_study_data,
+    study_data_from,
     trial_figures,
     trials_frame,
 )
@@ -38,7 +38,7 @@ from tuner.study.asks import Ask, Fate, classify, tally, tally_lines
 def study_data(store: ResultStore, study_name: str, study: optuna.Study | None) -> StudyData:
     """StudyData from an open store and, when the caller has one, its Optuna study."""
     if study is None:
-        return load_study_data(store.url, study_name)
+        return study_data_from(store, study_name)
     directions = tuple(d.name.lower() for d in study.directions)
     best = tuple(sorted(t.number for t in study.best_trials)) if len(directions) > 1 else None
     rows = store.trials(study_name)
