@@ -210,6 +210,13 @@ def run_parallel(
             supervisor.stop()
     codes = supervisor.wait()
     interrupted = supervisor.stopping or any(c in STOP_EXIT_CODES for c in codes)
+    if not interrupted and not any(codes):  # every worker done: the study's stages after its launches
+        from tuner.capacity.stage import AFTER_STUDY
+        from tuner.study.stages import StudyEnd, run_after
+
+        end = StudyEnd(space=space, db_url=db_url, study=study, interrupted=False, stores=stores)
+        for line in run_after(AFTER_STUDY, end):
+            print(line)
     budget = options.trials or space.budget.n_trials
     _summary(db_url, study, budget, interrupted, stores)
     return exit_code(codes, supervisor.stopping)

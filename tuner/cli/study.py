@@ -223,11 +223,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if summary.exhausted:
         print(f"search stopped early: {summary.exhausted}")
-    if space.search.finalists.capacity and not summary.interrupted:
-        from tuner.capacity.run import finalists_capacity
+    from tuner.capacity.stage import AFTER_STUDY
+    from tuner.study.stages import StudyEnd, run_after
 
-        for record in finalists_capacity(space, db_url=url, study=summary.study_name, stores=stores):
-            print(f"capacity {record.line()}")
+    end = StudyEnd(
+        space=space, db_url=url, study=summary.study_name, interrupted=summary.interrupted, stores=stores
+    )
+    for line in run_after(AFTER_STUDY, end):  # the same stages as `run --parallel`'s, after its workers
+        print(line)
     from tuner.report.status import print_status
 
     print_status(runner.store, summary.study_name, runner.study)

@@ -142,12 +142,15 @@ def _load(url: str, study: str | None, preferred: str | None, stores: StoreOpene
             "TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
         )
     with stores(url, create=False) as store:
-        return study_data_from(store, study, preferred=preferred)
+        return study_data_from(store, study, preferred=preferred, url=url)
 
 
-def study_data_from(store: ResultStore, study: str | None, *, preferred: str | None = None) -> StudyData:
-    """One study's rows and capacity runs from an open store, and its Optuna trials from the same URL."""
-    url = store.url
+def study_data_from(
+    store: ResultStore, study: str | None, *, preferred: str | None = None, url: str | None = None
+) -> StudyData:
+    """One study's rows and capacity runs from an open store, and its Optuna trials from `url` (default
+    the store's: the database both live in)."""
+    url = url if url is not None else store.url
     name = store.resolve_study(study, preferred=preferred)
     rows = store.trials(name)
     capacity = bind_rows(store.capacity(name), rows)
