@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tuner.config import NOT_THE_CONFIGURATION, Outcome, Phase
+from tuner.config import Outcome, Phase
 from tuner.names import one_line
 from tuner.result import TrialResult
 from tuner.store.protocol import StoreOpener
@@ -119,7 +119,7 @@ class RunDisplay:
         self.history.append(event)
         if event.reused_from is None:
             self.durations.append(event.duration_s)
-        if event.outcome not in NOT_THE_CONFIGURATION:  # retried: the budget still owes this launch
+        if not event.outcome.retryable:  # retried: the budget still owes this launch
             self.done += 1
         if event.feasible:
             for name, value, direction in zip(self.metric_names, event.values, self.directions, strict=False):

@@ -227,7 +227,7 @@ def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
         if trial is not None and trial.state is not TrialState.COMPLETE:
             return trial.state.name.lower()
         return "unrecorded"
-    if row.outcome is Outcome.PRUNED:
+    if not row.outcome.kind.launched:
         return "pruned"
     if not row.outcome.measured:
         return "failed"
