@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tuner.cli.output import (
     MAX_COUNT,
@@ -22,6 +22,10 @@ from tuner.cli.output import (
     written,
 )
 from tuner.errors import ConfigError, ExitCode
+
+if TYPE_CHECKING:
+    from tuner.report.frame import StudyData
+    from tuner.store.protocol import StoreOpener
 
 
 def _add_choice(p: argparse.ArgumentParser) -> None:
@@ -196,8 +200,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
-    from tuner.metrics import METRICS, SPREAD_METRICS
-    from tuner.report.export import build_profile, select
+    from tuner.report.export import select
     from tuner.report.frame import load_study_data
     from tuner.space.loader import load_space
     from tuner.store.connect import database_url
@@ -233,7 +236,19 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     )
     if choice.reason:
         print(choice.reason, file=sys.stderr)
-    data = load_study_data(url, run.study, stores=stores)
+    _print_confirmed(run, load_study_data(url, run.study, stores=stores), url)
+    if run.interrupted:
+        return ExitCode.INTERRUPTED
+    return 0 if run.all_ok else 1
+
+
+def _print_confirmed(run: Any, data: StudyData, url: str) -> None:
+    """What the repeats recorded, every measurement of the configuration (median, range, n) and how to
+    export it."""
+    from tuner.metrics import METRICS, SPREAD_METRICS
+    from tuner.report.export import build_profile, select
+    from tuner.store.connect import mask_url
+
     original = next(r for r in data.rows if r.id == run.original_id)
     profile = build_profile(
         data,
@@ -254,14 +269,25 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                 f"  {m.title:<18} median {m.show(spread.median):>16}   min {m.show(spread.low):>16}   "
                 f"max {m.show(spread.high):>16}   n={spread.n}"
             )
-    from tuner.store.connect import mask_url
-
     shown = mask_url(url)  # a password stays out of the terminal: the user adds it back
     where = f"--db {shown} --study {run.study} --trial {run.trial}"
     print(f"export it: python -m tuner export {where} --format sh")
-    if run.interrupted:
-        return ExitCode.INTERRUPTED
-    return 0 if run.all_ok else 1
+
+
+def _save_capacity(data: StudyData, out: Path, context: str) -> None:
+    """capacity.csv and each trial's latest capacity curve (capacity_N.png)."""
+    from tuner.report.capacity_plot import capacity_plot
+    from tuner.report.detail import capacity_frame
+    from tuner.report.plots import save_png
+    from tuner.store.capacity import latest_by_row
+
+    with written(out / "capacity.csv", "--out") as fh:
+        csv_safe(capacity_frame(data.capacity)).to_csv(fh, index=False)
+    for record in latest_by_row(data.capacity).values():
+        who = record.trial_number if record.trial_number is not None else f"row{record.row_id}"
+        figure = capacity_plot(record, context=context)
+        with written(out / f"capacity_{who}.png", "--out", binary=True) as fh:
+            save_png(figure, fh)
 
 
 def _as_choice(row: Any) -> Any:
@@ -271,19 +297,7 @@ def _as_choice(row: Any) -> Any:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tuner.report.context import context_line
-    from tuner.report.detail import capacity_frame, failures_frame, param_importances, requests_frame
-    from tuner.report.frame import load_study_data, trials_frame
-    from tuner.report.pareto import front_frame, pareto_front
-    from tuner.report.plots import (
-        history_plot,
-        latency_plot,
-        metric_vs_param_plot,
-        pareto_plot,
-        per_gpu_per_user_informative,
-        per_gpu_per_user_plot,
-        save_png,
-    )
+    from tuner.report.frame import load_study_data
     from tuner.store.connect import database_url
 
     stores = stores_of(args)
@@ -300,12 +314,32 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         write_file(args.html, study_page(data, stores=stores), "--html")
         print(f"wrote {args.html}")
-        if args.out is None:
-            return 0
+    if args.out is not None:
+        out = output_folder(args.out, "--out")
+        _save_report(data, out, url, stores)
+        print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
+    return 0
+
+
+def _save_report(data: StudyData, out: Path, url: str, stores: StoreOpener) -> None:
+    """The report's CSV tables and PNG figures in `out`."""
+    from tuner.report.context import context_line
+    from tuner.report.detail import failures_frame, param_importances, requests_frame
+    from tuner.report.frame import trials_frame
+    from tuner.report.pareto import front_frame, pareto_front
+    from tuner.report.plots import (
+        history_plot,
+        latency_plot,
+        metric_vs_param_plot,
+        pareto_plot,
+        per_gpu_per_user_informative,
+        per_gpu_per_user_plot,
+        save_png,
+    )
+
     front = pareto_front(data)
     frame = trials_frame(data, front)
     context = context_line(data)
-    out = output_folder(args.out, "--out")
 
     def save(name: str, write: Callable[[IO[Any]], object]) -> None:
         with written(out / name, "--out", binary=name.endswith(".png")) as fh:
@@ -315,15 +349,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     save("front.csv", lambda f: csv_safe(front_frame(data, front)).to_csv(f, index=False))
     save("failures.csv", lambda f: csv_safe(failures_frame(data)).to_csv(f, index=False))
     if data.capacity:
-        from tuner.report.capacity_plot import capacity_plot
-        from tuner.store.capacity import latest_by_row
-
-        save("capacity.csv", lambda f: csv_safe(capacity_frame(data.capacity)).to_csv(f, index=False))
-        for record in latest_by_row(data.capacity).values():
-            who = record.trial_number if record.trial_number is not None else f"row{record.row_id}"
-            figure = capacity_plot(record, context=context)
-            with written(out / f"capacity_{who}.png", "--out", binary=True) as fh:
-                save_png(figure, fh)
+        _save_capacity(data, out, context)
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
@@ -344,5 +370,3 @@ def cmd_report(args: argparse.Namespace) -> int:
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:
         save("latency.png", lambda p: save_png(latency_plot(requests, context=context), p))
-    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
-    return 0
