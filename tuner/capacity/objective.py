@@ -31,7 +31,7 @@ from tuner.capacity.search import Knob, Measurement, PointVerdict, Search, Searc
 from tuner.config import Failure, Outcome, TrialConfig
 from tuner.result import TrialResult
 from tuner.session import TrialContext, key_of, prepare_launch
-from tuner.sglang.server import _kv_tokens, server_info
+from tuner.sglang.server_info import _kv_tokens, server_info
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import CapacitySpec
 from tuner.store import capacity_points as stored
