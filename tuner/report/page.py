@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pandas as pd
+
 from tuner.errors import ProfileError
 from tuner.report.capacity_plot import capacity_plot
 from tuner.report.context import constraints_line, defines_slo, workload_line
@@ -43,6 +47,45 @@ def study_page(
     front_html = (
         "" if figure is None else figure.to_html(full_html=False, include_plotlyjs=False, div_id="pareto")
     )
+    images = _images(data, frame, front, context, stores)
+    try:
+        choice = select(data)
+        profile = build_profile(data, choice)
+        export_text = render_sh(profile, table or builtin_table(profile.sglang_version))
+        reason = choice.reason
+    except ProfileError as exc:
+        export_text, reason = "", f"nothing to export: {exc}"
+    report = HtmlReport(
+        study=data.name,
+        context=(workload_line(data), constraints_line(data)),
+        front_html=front_html,
+        front_note=f"failed, not plotted (no trusted measurement): {failure_list(frame)}"
+        if failure_list(frame)
+        else "",
+        trials=trials_table(frame, data.metric_names),
+        trial_status=[
+            str(s)
+            for s, f in zip(frame.get("status", []), frame.get("fate", []), strict=False)
+            if f != "forbidden"
+        ],
+        capacity=[record.line() for record in latest_by_row(data.capacity).values()],
+        asks=[
+            *tally_lines(tally(asks := classify(data.trials, data.rows)), has_slo=defines_slo(data)),
+            *pruned_lines(asks),
+        ],
+        failures=failure_views(data),
+        export_text=export_text,
+        export_reason=reason,
+        images=images,
+    )
+    return render_html(report, plotly_source=plotly_source)
+
+
+def _images(
+    data: StudyData, frame: pd.DataFrame, front: Sequence[int], context: str, stores: StoreOpener
+) -> list[tuple[str, str]]:
+    """The page's figures as (caption, PNG data URI): the memory fraction, the history, per GPU against
+    per user, the front's latencies (its requests read through the store) and each capacity curve."""
     images: list[tuple[str, str]] = []
     if "mem-fraction-static" in frame.attrs.get("params", []):
         images.append(
@@ -79,34 +122,4 @@ def study_page(
                 png_data_uri(capacity_plot(record, context=context)),
             )
         )
-    try:
-        choice = select(data)
-        profile = build_profile(data, choice)
-        export_text = render_sh(profile, table or builtin_table(profile.sglang_version))
-        reason = choice.reason
-    except ProfileError as exc:
-        export_text, reason = "", f"nothing to export: {exc}"
-    report = HtmlReport(
-        study=data.name,
-        context=(workload_line(data), constraints_line(data)),
-        front_html=front_html,
-        front_note=f"failed, not plotted (no trusted measurement): {failure_list(frame)}"
-        if failure_list(frame)
-        else "",
-        trials=trials_table(frame, data.metric_names),
-        trial_status=[
-            str(s)
-            for s, f in zip(frame.get("status", []), frame.get("fate", []), strict=False)
-            if f != "forbidden"
-        ],
-        capacity=[record.line() for record in latest_by_row(data.capacity).values()],
-        asks=[
-            *tally_lines(tally(asks := classify(data.trials, data.rows)), has_slo=defines_slo(data)),
-            *pruned_lines(asks),
-        ],
-        failures=failure_views(data),
-        export_text=export_text,
-        export_reason=reason,
-        images=images,
-    )
-    return render_html(report, plotly_source=plotly_source)
+    return images
