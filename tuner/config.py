@@ -60,9 +60,19 @@ class Outcome(str, Enum):
     PRUNED = "pruned"  # not launched: a failure rule or the memory model proved it would fail
 
     @property
+    def kind(self) -> OutcomeKind:
+        """What this outcome means to every reader (its row of OUTCOMES)."""
+        return OUTCOMES[self]
+
+    @property
     def measured(self) -> bool:
         """The server ran the benchmark to the end: OK, or measured but missing an SLO."""
-        return self in (Outcome.OK, Outcome.SLO_VIOLATION)
+        return OUTCOMES[self].measured
+
+    @property
+    def retryable(self) -> bool:
+        """Not the configuration's doing (interrupted, infrastructure, environment): told FAIL, retried."""
+        return OUTCOMES[self].retryable
 
     @property
     def blames_config(self) -> bool:
@@ -71,11 +81,48 @@ class Outcome(str, Enum):
         INTERRUPTED, INFRA_ERROR and ENVIRONMENT are the machine's or the user's doing: the
         study records them as FAIL and may retry the configuration.
         """
-        return self not in (Outcome.OK, *NOT_THE_CONFIGURATION)
+        return self is not Outcome.OK and not OUTCOMES[self].retryable
 
 
-# Outcomes no configuration causes: told FAIL, retried, never a rule.
-NOT_THE_CONFIGURATION = frozenset({Outcome.INTERRUPTED, Outcome.INFRA_ERROR, Outcome.ENVIRONMENT})
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutcomeKind:
+    """The properties of one outcome, read from OUTCOMES by every reader (never an if-chain)."""
+
+    measured: bool = False  # the benchmark ran to the end (OK, SLO_VIOLATION)
+    retryable: bool = False  # the machine's or the user's doing: told FAIL, retried, never a rule
+    launched: bool = True  # a server was launched for it (PRUNED: not)
+    infra: bool = False  # an infrastructure fault: the study pauses, and stops at budget.max_infra_failures
+    environment: bool = False  # the log proves the machine at fault: two configurations stop the study
+
+
+_FAILED = OutcomeKind()  # a failure class the configuration caused
+OUTCOMES: dict[Outcome, OutcomeKind] = {
+    Outcome.OK: OutcomeKind(measured=True),
+    Outcome.BAD_FLAG: _FAILED,
+    Outcome.OOM: _FAILED,
+    Outcome.NOT_ENOUGH_MEMORY: _FAILED,
+    Outcome.CAPTURE_FAILED: _FAILED,
+    Outcome.UNSUPPORTED: _FAILED,
+    Outcome.CRASHED: _FAILED,
+    Outcome.HANG: _FAILED,
+    Outcome.TIMEOUT: _FAILED,
+    Outcome.NAN: _FAILED,
+    Outcome.WRONG_ANSWER: _FAILED,
+    Outcome.GARBAGE: _FAILED,
+    Outcome.GATE_ERROR: _FAILED,
+    Outcome.CRASHED_DURING_BENCH: _FAILED,
+    Outcome.BENCH_FAILED: _FAILED,
+    Outcome.BENCH_ERRORS: _FAILED,
+    Outcome.SLO_VIOLATION: OutcomeKind(measured=True),
+    Outcome.INTERRUPTED: OutcomeKind(retryable=True),
+    Outcome.INFRA_ERROR: OutcomeKind(retryable=True, infra=True),
+    Outcome.ENVIRONMENT: OutcomeKind(retryable=True, environment=True),
+    Outcome.PRUNED: OutcomeKind(launched=False),
+}
+assert set(OUTCOMES) == set(Outcome), "every Outcome has its row in OUTCOMES"
+
+# Outcomes no configuration causes: told FAIL, retried, never a rule (from the table).
+NOT_THE_CONFIGURATION = frozenset(o for o, kind in OUTCOMES.items() if kind.retryable)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -211,7 +258,7 @@ class Verdict:
     @property
     def retryable(self) -> bool:
         """Not the configuration's doing (interrupted, infrastructure): told FAIL and retried."""
-        return self.outcome in NOT_THE_CONFIGURATION
+        return self.outcome.retryable
 
     @property
     def message(self) -> str:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,72 +56,84 @@ def engine_for(space: SearchSpace, *, state_root: Path | None, sglang_version: s
     `state_root` is where the stand-in publishes GPU state (None: nothing will be launched);
     `sglang_version` overrides the space's target release (for `validate`).
     """
+    kind = space.engine.kind
+    resolve = _ENGINES.get(kind)
+    if resolve is None:
+        raise ConfigError(f"engine: unknown kind {kind!r} (expected sglang or sim) in {space.path}")
+    return resolve(space, state_root, sglang_version)
+
+
+def _sim_engine(space: SearchSpace, state_root: Path | None, sglang_version: str | None) -> Engine:
+    """The simulator: its module with the scenario, the release it imitates, GPU state (unless GPU-backed)."""
     spec = space.engine
-    if spec.kind == "sim":
-        if spec.scenario is None:
-            raise ConfigError(f"engine: a sim engine needs a scenario in {space.path}")
-        version = sglang_version or space.sglang_version
-        if version == "auto":
-            version = spec.sim_sglang_version or DEFAULT_SIM_VERSION
-        state_dir = None
-        env: tuple[tuple[str, str], ...] = ()
-        if state_root is not None and not spec.gpu_backed:  # GPU-backed: real memory, seen by NVML
-            state_dir = (state_root / "gpu-state").resolve()
-            private_dir(state_dir)  # the run folder and its parts: owner-only when the tuner makes them
-            env = ((SIM_STATE_ENV, str(state_dir)),)
-        launcher = (
-            sys.executable,
-            "-m",
-            spec.module,
-            "--sim-scenario",
-            str(spec.scenario),
-            "--sim-sglang-version",
-            version,
-            *(("--sim-gpu-backed",) if spec.gpu_backed else ()),
-            *(part for item in spec.sim_inject for part in ("--sim-inject", item)),
+    if spec.scenario is None:
+        raise ConfigError(f"engine: a sim engine needs a scenario in {space.path}")
+    version = sglang_version or space.sglang_version
+    if version == "auto":
+        version = spec.sim_sglang_version or DEFAULT_SIM_VERSION
+    state_dir = None
+    env: tuple[tuple[str, str], ...] = ()
+    if state_root is not None and not spec.gpu_backed:  # GPU-backed: real memory, seen by NVML
+        state_dir = (state_root / "gpu-state").resolve()
+        private_dir(state_dir)  # the run folder and its parts: owner-only when the tuner makes them
+        env = ((SIM_STATE_ENV, str(state_dir)),)
+    launcher = (
+        sys.executable,
+        "-m",
+        spec.module,
+        "--sim-scenario",
+        str(spec.scenario),
+        "--sim-sglang-version",
+        version,
+        *(("--sim-gpu-backed",) if spec.gpu_backed else ()),
+        *(part for item in spec.sim_inject for part in ("--sim-inject", item)),
+    )
+    table = option_table_for(version, None)
+    return Engine(
+        kind="sim",
+        launcher=launcher,
+        env=env,
+        sglang_version=version,
+        table=table,
+        gpu_state_dir=state_dir,
+        publish_gpus=(*launcher, "--sim-publish-gpus") if state_dir is not None else (),
+    )
+
+
+def _sglang_engine(space: SearchSpace, state_root: Path | None, sglang_version: str | None) -> Engine:
+    """Real SGLang from `engine.python`: its installed release checked against the space's target."""
+    spec = space.engine
+    python = spec.python or sys.executable
+    if shutil.which(python) is None:
+        raise ConfigError(
+            f"engine.python: {python} is not an executable interpreter (expected the Python that has "
+            f"SGLang installed) in {space.path}"
         )
-        table = option_table_for(version, None)
-        return Engine(
-            kind="sim",
-            launcher=launcher,
-            env=env,
-            sglang_version=version,
-            table=table,
-            gpu_state_dir=state_dir,
-            publish_gpus=(*launcher, "--sim-publish-gpus") if state_dir is not None else (),
+    version = sglang_version or space.sglang_version
+    launching = state_root is not None
+    installed = detect_sglang_version(python) if (launching or version == "auto") else None
+    if (launching or version == "auto") and installed is None:
+        raise ConfigError(
+            f"SGLang is not installed for {python} (pip install 'sglang-tuner[sglang]', or set "
+            f"engine.python to the interpreter that has it) in {space.path}"
         )
-    if spec.kind == "sglang":
-        python = spec.python or sys.executable
-        if shutil.which(python) is None:
-            raise ConfigError(
-                f"engine.python: {python} is not an executable interpreter (expected the Python that has "
-                f"SGLang installed) in {space.path}"
-            )
-        version = sglang_version or space.sglang_version
-        launching = state_root is not None
-        installed = detect_sglang_version(python) if (launching or version == "auto") else None
-        if (launching or version == "auto") and installed is None:
-            raise ConfigError(
-                f"SGLang is not installed for {python} (pip install 'sglang-tuner[sglang]', or set "
-                f"engine.python to the interpreter that has it) in {space.path}"
-            )
-        if version == "auto":
-            assert installed is not None
-            version = installed
-        elif launching and installed != version:
-            raise ConfigError(
-                f"sglang_version: the space targets SGLang {version} but {python} has SGLang {installed}; "
-                f"set sglang_version: auto or {installed} in {space.path}"
-            )
-        table = option_table_for(version, python)
-        return Engine(
-            kind="sglang",
-            launcher=(python, "-m", spec.module),
-            env=(),
-            sglang_version=version,
-            table=table,
+    if version == "auto":
+        assert installed is not None
+        version = installed
+    elif launching and installed != version:
+        raise ConfigError(
+            f"sglang_version: the space targets SGLang {version} but {python} has SGLang {installed}; "
+            f"set sglang_version: auto or {installed} in {space.path}"
         )
-    raise ConfigError(f"engine: unknown kind {spec.kind!r} (expected sglang or sim) in {space.path}")
+    table = option_table_for(version, python)
+    return Engine(
+        kind="sglang",
+        launcher=(python, "-m", spec.module),
+        env=(),
+        sglang_version=version,
+        table=table,
+    )
+
 
 
 def probe_for(engine: Engine) -> GpuProbe:
@@ -147,3 +160,9 @@ def _publish_gpus(engine: Engine) -> None:
         return
     if done.returncode != 0:
         log.warning("could not list the engine's GPUs: %s", (done.stderr.strip().splitlines() or ["?"])[-1])
+
+
+_ENGINES: dict[str, Callable[[SearchSpace, Path | None, str | None], Engine]] = {
+    "sim": _sim_engine,
+    "sglang": _sglang_engine,
+}

@@ -20,7 +20,6 @@ from typing import Literal, TypeVar, cast
 
 from tuner.bench.runner import short_window
 from tuner.bench.types import BenchResult
-from tuner.bench.verdict import failed_problem, hang_message
 from tuner.config import (
     Failure,
     GpuInfo,
@@ -32,8 +31,7 @@ from tuner.config import (
     TrialConfig,
 )
 from tuner.errors import FlagError, GpuBusyError, LaunchError, ReleaseTimeoutError
-from tuner.gate.checks import GateResult, GateVerdict
-from tuner.gate.garbage import nan_signature
+from tuner.gate.checks import GateResult
 from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
 from tuner.interrupts import INTERRUPTS
 from tuner.result import TrialResult
@@ -44,43 +42,12 @@ from tuner.sglang.auth import ServerAuth, auth_from_argv
 from tuner.sglang.flags import min_gpus
 from tuner.sglang.orphans import LiveServer
 from tuner.sglang.server import ServerProcess
+from tuner.stage_verdicts import bench_failure, gate_failure, starved_note
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 BusyPolicy = Literal["wait", "fail", "ignore"]
-
-_GATE_OUTCOME = {
-    GateVerdict.NAN: Outcome.NAN,
-    GateVerdict.WRONG_ANSWER: Outcome.WRONG_ANSWER,
-    GateVerdict.GARBAGE: Outcome.GARBAGE,
-    GateVerdict.ERROR: Outcome.GATE_ERROR,
-    GateVerdict.INCONCLUSIVE: Outcome.INFRA_ERROR,  # the machine kept the burst from batching: retried
-}
-
-
-def nan_under_load(result: BenchResult) -> str | None:
-    """One line when a sampled measured response carries NaN's signature; None when none does.
-
-    The gate checks a burst; the benchmark decodes in its own batches and graphs, so a sample of what
-    it measured (every SAMPLE_EVERY-th request) is checked too. Only NaN's own signatures count
-    (NaN/inf words, a run of token id 0): the benchmark's prompts are random and ignore EOS, so
-    loops and odd words are what an honest model writes there.
-    """
-    checked, found = 0, []
-    for point in result.points:
-        for record in point.records:
-            if record.text_sample is None:
-                continue
-            checked += 1
-            why = nan_signature(record.text_sample)
-            if why is not None:
-                found.append(f"{point.point.label} request #{record.index}: {why}")
-    if not found:
-        return None
-    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
-    return f"NaN under the benchmark's load ({len(found)} of {checked} sampled responses): {found[0]}{more}"
-
 
 def run_trial(
     config: TrialConfig, ctx: TrialContext, *, label: str, prepared: LaunchSpec | Failure | None = None
@@ -155,19 +122,30 @@ class _TrialRun:
         return result
 
     def _launch_and_measure(self) -> Failure | None:
-        ctx, space = self.ctx, self.ctx.space
+        ctx = self.ctx
         self._phase(Phase.RENDER)
         prepared = self.prepared or prepare_launch(self.config, ctx, label=self.label)
         if isinstance(prepared, Failure):
             return prepared
         self.spec = prepared
+        failure = self._wait_gpus() or self._launch()
+        if failure is not None:
+            return failure
+        indices = self._gpu_indices()
+        self.gpus = tuple(d for d in ctx.probe.devices() if not indices or d.index in indices)
+        self.sampler = MemorySampler(ctx.probe, indices)
+        self.sampler.start()
+        return self._gate() or self._bench()
 
+    def _wait_gpus(self) -> Failure | None:
+        """The launch's GPUs free (orphans of this host stopped first); a failure when it has too few."""
+        ctx, space, spec = self.ctx, self.ctx.space, self.spec
+        assert spec is not None
         self._phase(Phase.WAIT_GPUS)
         if ctx.live is not None:  # a worker that died beside this one on this host left its server
             ctx.live.stop_orphans(running=True)
         indices = self._gpu_indices()
-        flags = self.spec.argv[len(ctx.engine.launcher) :]
-        needed = min_gpus(flags, ctx.engine.table)
+        needed = min_gpus(spec.argv[len(ctx.engine.launcher) :], ctx.engine.table)
         if indices and needed > len(indices):
             return Failure(
                 outcome=Outcome.BAD_FLAG,
@@ -188,22 +166,26 @@ class _TrialRun:
             ),
         )
         self.baseline = self._used(indices)
+        return None
 
-        self._phase(Phase.LAUNCH, self.spec.base_url)
-        secrets = secret_values(self.spec.argv, self.spec.env)
-        self.server = ServerProcess(self.spec, scrub=lambda line: scrub(line, secrets))
+    def _launch(self) -> Failure | None:
+        """Start the server (recorded live first) and wait until it is ready; its failure, if any."""
+        ctx, spec = self.ctx, self.spec
+        assert spec is not None
+        self._phase(Phase.LAUNCH, spec.base_url)
+        secrets = secret_values(spec.argv, spec.env)
+        server = self.server = ServerProcess(spec, scrub=lambda line: scrub(line, secrets))
         marker: tuple[tuple[str, str], ...] = ()
         if ctx.live is not None:
             # intent first: a kill between here and the pid below still leaves a record to find it by
-            self.live = ctx.live.reserve(self.spec.argv, self.spec.port, shown=redact_argv(self.spec.argv))
+            self.live = ctx.live.reserve(spec.argv, spec.port, shown=redact_argv(spec.argv))
             marker = self.live.env
-        self.server.start(extra_env=marker)
-        if ctx.live is not None and self.live is not None and self.server.pid is not None:
-            self.live = ctx.live.started(self.live, self.server.pid)
-        server, base_url = self.server, self.spec.base_url
+        server.start(extra_env=marker)
+        if ctx.live is not None and self.live is not None and server.pid is not None:
+            self.live = ctx.live.started(self.live, server.pid)
 
         def on_stage(stage: str) -> None:  # load, kv, capture, warmup, ready: shown as launch details
-            self._phase(Phase.LAUNCH, f"{stage} {base_url}")
+            self._phase(Phase.LAUNCH, f"{stage} {spec.base_url}")
 
         ready = self._timed("launch", lambda: server.wait_ready(on_stage=on_stage, check=INTERRUPTS.check))
         if isinstance(ready, Failure):
@@ -211,11 +193,7 @@ class _TrialRun:
         assert isinstance(ready, ServerFacts)
         self.facts = ready
         self._effective(ready)
-        indices = self._gpu_indices()
-        self.gpus = tuple(d for d in ctx.probe.devices() if not indices or d.index in indices)
-        self.sampler = MemorySampler(ctx.probe, indices)
-        self.sampler.start()
-        return self._gate() or self._bench()
+        return None
 
     def _effective(self, facts: ServerFacts) -> None:
         """Note what SGLang reports it ran when that is not what was asked (a warning, and its key)."""
@@ -265,8 +243,7 @@ class _TrialRun:
             return self._died(Phase.GATE)
         if result.passed:
             return None
-        outcome = _GATE_OUTCOME[result.verdict]
-        return Failure(outcome=outcome, phase=Phase.GATE, message=result.reason or outcome.value)
+        return gate_failure(result)
 
     def _bench(self) -> Failure | None:
         server, space = self.server, self.ctx.space
@@ -291,44 +268,16 @@ class _TrialRun:
         INTERRUPTS.check()
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
-        if result.hung:
-            timeouts = space.bench.timeouts
-            message = hang_message(timeouts.first_byte_s, timeouts.idle_read_s)
-            return Failure(outcome=Outcome.HANG, phase=Phase.BENCH, message=message)
-        metrics = result.objective_metrics
-        if metrics is None or not metrics.completed:
-            why = failed_problem(result, 0.0)
-            message = "no benchmark request completed" + (f": {why}" if why else "")
-            return Failure(outcome=Outcome.BENCH_FAILED, phase=Phase.BENCH, message=message)
-        nan = nan_under_load(result)
-        if nan is not None:
-            return Failure(outcome=Outcome.NAN, phase=Phase.BENCH, message=nan)
-        failed = failed_problem(result, space.bench.max_failed_fraction)
-        if failed is not None:
-            return Failure(outcome=Outcome.BENCH_ERRORS, phase=Phase.BENCH, message=failed)
-        if result.client_bound:
-            lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
-            return Failure(
-                outcome=Outcome.INFRA_ERROR,
-                phase=Phase.BENCH,
-                message=(
-                    "the benchmark client, not the server, may have been the bottleneck (client CPU "
-                    f"{100 * result.client_cpu_share:.0f}%, event-loop lag p99 {lag}): not trusted"
-                ),
-            )
+        failure = bench_failure(result, space.bench)
+        if failure is not None:
+            return failure
         short = short_window(result)
         if short is not None:
             log.warning("%s: %s", self.label, short)
             self.warnings.append(short)
-        if result.starved:
-            lag = "-" if result.loop_lag_p99_ms is None else f"{result.loop_lag_p99_ms:.1f} ms"
-            share = result.run_queue_wait_share
-            wait = "-" if share is None else f"{100 * share:.0f}%"
-            cpu = f"{100 * result.client_cpu_share:.0f}%"
-            self.warnings.append(
-                f"noisy: other processes kept the benchmark client off the CPU (event-loop lag p99 {lag}, "
-                f"run-queue wait {wait} of its runnable time, client CPU {cpu})"
-            )
+        starved = starved_note(result)
+        if starved is not None:
+            self.warnings.append(starved)
         return None
 
     def _died(self, phase: Phase) -> Failure:

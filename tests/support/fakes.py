@@ -8,6 +8,8 @@ contract tests run against it too (tests/unit/test_store_contract.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
@@ -15,9 +17,13 @@ import pandas as pd
 from tuner.config import Verdict
 from tuner.errors import StoreError
 from tuner.result import TrialResult
+from tuner.store.capacity import CapacityRecord
+from tuner.store.capacity_points import SearchKey, StoredPoint
 from tuner.store.codec import loads
 from tuner.store.protocol import choose_study
 from tuner.store.rows import StoredTrial, request_rows, stored_trial, trial_row
+
+_NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 class FakeStore:
@@ -29,6 +35,8 @@ class FakeStore:
         self._pid = pid
         self._rows: list[dict[str, Any]] = []
         self._requests: dict[int, list[dict[str, Any]]] = {}
+        self._capacity: list[CapacityRecord] = []
+        self._points: list[tuple[SearchKey, StoredPoint]] = []
         self.closed = False
 
     def record(
@@ -79,6 +87,19 @@ class FakeStore:
 
     def resolve_study(self, name: str | None, *, preferred: str | None = None) -> str:
         return choose_study(self.studies(), name, preferred, self.url)
+
+    def save_capacity(self, record: CapacityRecord) -> int:
+        self._capacity.append(replace(record, created_at=record.created_at or _NOW))
+        return len(self._capacity)
+
+    def capacity(self, study: str) -> tuple[CapacityRecord, ...]:
+        return tuple(r for r in self._capacity if r.study == study)
+
+    def add_capacity_point(self, key: SearchKey, point: StoredPoint) -> None:
+        self._points.append((key, point))
+
+    def capacity_points(self, key: SearchKey) -> tuple[StoredPoint, ...]:
+        return tuple(p for k, p in self._points if k == key)
 
     def close(self) -> None:
         self.closed = True

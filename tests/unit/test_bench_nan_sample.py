@@ -9,7 +9,7 @@ from tuner.bench.settings import Api, LoadPoint
 from tuner.bench.types import BenchResult, LoadPointResult
 from tuner.bench.workload import RequestSpec
 from tuner.gate.garbage import nan_signature
-from tuner.trial import nan_under_load
+from tuner.stage_verdicts import nan_under_load
 
 
 def record(index: int, pieces: list[str]):  # type: ignore[no-untyped-def]

@@ -158,7 +158,11 @@ def test_a_cold_rate_search_jumps_toward_what_the_server_can_hold() -> None:
 
 def test_the_search_starts_from_this_study_s_capacities_else_from_a_warm_start(tmp_path: Path) -> None:
     from tuner.capacity.objective import CapacityExecutor
-    from tuner.store.capacity import save
+    from tuner.store.sql import SqlStore
+
+    def save(url: str, record: CapacityRecord) -> None:
+        with SqlStore(url) as store:
+            store.save_capacity(record)
 
     space = load_space(ROOT / "search_spaces" / "tiny-capacity-sim.yaml")
     url = f"sqlite:///{tmp_path / 'exp.db'}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta, timezone
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from tuner.config import (
     Phase,
 )
 from tuner.errors import ConfigError, StoreError
+from tuner.store.capacity import CapacityRecord
+from tuner.store.capacity_points import SearchKey, StoredPoint
 from tuner.store.sql import SqlStore
 
 
@@ -183,3 +186,33 @@ class TestResultStoreContract:
         with ThreadPoolExecutor(max_workers=1) as pool:
             assert pool.submit(store.studies).result() == ("glm5-v1",)
 
+    def test_capacity_runs_round_trip_per_study_oldest_first(self, store: SqlStore) -> None:
+        run = CapacityRecord(
+            study="glm5-v1", trial_number=3, row_id=7, config_hash="h", knob="request_rate",
+            slos=("ttft_p99_ms<=2000",), capacity=4.5, outcome="ok",
+            points=({"load": 4.5, "passed": True, "runs": 2, "medians": {"ttft_p99_ms": 900.0}},),
+        )  # fmt: skip
+        store.save_capacity(run)
+        store.save_capacity(replace(run, capacity=None, outcome="oom", message="CUDA out of memory"))
+        store.save_capacity(replace(run, study="other"))
+        got = store.capacity("glm5-v1")
+        assert [(r.capacity, r.outcome, r.message) for r in got] == [
+            (4.5, "ok", None),
+            (None, "oom", "CUDA out of memory"),
+        ]
+        assert got[0].points == run.points and got[0].slos == run.slos and got[0].created_at is not None
+        assert store.capacity("absent") == ()
+
+    def test_capacity_points_come_back_per_search_in_order(self, store: SqlStore) -> None:
+        key = SearchKey(study="s", config_hash="h", run_key="first", search_key="request_rate|ttft")
+        for load in (2.0, 8.0, 4.0):
+            store.add_capacity_point(
+                key, StoredPoint(load=load, values={"ttft_p99_ms": load}, completed=9, failed=0)
+            )
+        store.add_capacity_point(
+            replace(key, run_key="repeat-1"),
+            StoredPoint(load=1.0, values={}, completed=1, failed=1, died="oom"),
+        )
+        assert [p.load for p in store.capacity_points(key)] == [2.0, 8.0, 4.0]
+        (died,) = store.capacity_points(replace(key, run_key="repeat-1"))
+        assert died.died == "oom" and died.failed == 1

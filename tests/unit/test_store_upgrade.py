@@ -101,3 +101,74 @@ def test_migrations_are_numbered_in_order_and_end_at_the_schema_version() -> Non
     versions = [m.version for m in store_schema.MIGRATIONS]
     assert versions == list(range(1, store_schema.SCHEMA_VERSION))
     assert all(m.summary for m in store_schema.MIGRATIONS)
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "databases"
+CAPACITY_TABLES = {"tuner_capacity", "tuner_capacity_points"}
+
+
+def _tables(db: Path) -> set[str]:
+    con = sqlite3.connect(db)
+    try:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        con.close()
+
+
+def test_a_fresh_database_has_the_capacity_tables_from_its_schema(tmp_path: Path) -> None:
+    SqlStore(_url(tmp_path)).close()  # no capacity run yet: the tables come with the schema
+    assert _tables(tmp_path / "experiments.db") >= CAPACITY_TABLES
+    assert any("capacity" in m.summary for m in store_schema.MIGRATIONS)
+    assert {t.name for t in store_schema.metadata.sorted_tables} >= CAPACITY_TABLES
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.db")))
+def test_a_database_of_an_earlier_release_gains_the_capacity_tables_on_open(
+    name: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "experiments.db"
+    db.write_bytes((FIXTURES / name).read_bytes())
+    assert not CAPACITY_TABLES & _tables(db)
+    with SqlStore(_url(tmp_path), create=False) as store:
+        before = store.trials(store.resolve_study(None))
+    assert _tables(db) >= CAPACITY_TABLES and before
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT version FROM tuner_schema").fetchall() == [(store_schema.SCHEMA_VERSION,)]
+    finally:
+        con.close()
+
+
+def test_capacity_tables_made_the_old_way_are_kept_with_their_rows(tmp_path: Path) -> None:
+    """Before version 3 a capacity run created its tables on first use, in a version-2 database."""
+    db = tmp_path / "experiments.db"
+    db.write_bytes((FIXTURES / "v2-cd5d975.db").read_bytes())
+    old = sa.MetaData()
+    for table in store_schema.CAPACITY_TABLES:  # the same columns, without the index names of today
+        sa.Table(table.name, old, *(sa.Column(c.name, c.type, primary_key=c.primary_key) for c in table.c))
+    engine = sa.create_engine(_url(tmp_path))
+    old.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(old.tables["tuner_capacity"]).values(
+                study="s",
+                row_id=1,
+                config_hash="h",
+                knob="request_rate",
+                slos="[]",
+                capacity=4.0,
+                points_json="[]",
+                outcome="ok",
+                created_at=sa.func.now(),
+            )  # fmt: skip
+        )
+    engine.dispose()
+    with SqlStore(_url(tmp_path)) as store:
+        assert [r.capacity for r in store.capacity("s")] == [4.0]
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT version FROM tuner_schema").fetchall() == [(store_schema.SCHEMA_VERSION,)]
+        indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    finally:
+        con.close()
+    assert {"ix_tuner_capacity_study", "ix_tuner_capacity_points_config_hash"} <= indexes

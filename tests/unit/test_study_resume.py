@@ -80,8 +80,8 @@ def test_run_without_space_lists_the_choices(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_seed_and_sampler_override_the_space(tmp_path: Path) -> None:
+    from tuner.cli.run import _space_to_run
     from tuner.cli.run_options import RunOptions
-    from tuner.cli.study import _space_to_run
 
     options = RunOptions(space=TINY, seed=7, sampler="tpe")
     space, name = _space_to_run(options, f"sqlite:///{tmp_path}/exp.db")

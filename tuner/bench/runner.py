@@ -31,11 +31,11 @@ import httpx
 from tuner.bench import load
 from tuner.bench.client import HttpClients, RequestSender
 from tuner.bench.metrics import compute_metrics
-from tuner.bench.selfcheck import LoopLagProbe
+from tuner.bench.selfcheck import LoopLagProbe, SelfCheck
 from tuner.bench.settings import BenchSettings, LoadPoint, WorkloadKind
 from tuner.bench.stage import Aborted, Stage
 from tuner.bench.types import BenchResult, ErrorClass, LoadPointResult
-from tuner.bench.workload import RequestSpec, build_requests, load_dataset, warmup_specs
+from tuner.bench.workload import DatasetRow, RequestSpec, build_requests, load_dataset, warmup_specs
 from tuner.errors import BenchmarkError
 from tuner.sglang.auth import ServerAuth
 
@@ -157,19 +157,7 @@ async def run_benchmark(
             try:
                 if not name:
                     name = await stage.race(fetch_model(http.control))
-                vocab = await stage.race(served_vocab_size(http.control)) if rows is None else None
-                plans = [
-                    build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows, vocab_size=vocab)
-                    for i, p in enumerate(settings.load_points)
-                ]
-                sender = RequestSender(http, api=wl.api, model=name)
-                for i, (point, specs) in enumerate(zip(settings.load_points, plans, strict=True)):
-                    result = await _run_point(
-                        stage, http.control, sender, settings, point, specs, i, settle, bar
-                    )
-                    if result is not None:
-                        points.append(result)
-                    stage.check()
+                await _run_points(stage, http, settings, rows, name, settle, bar, points)
             except Aborted:
                 pass
     finally:
@@ -178,23 +166,51 @@ async def run_benchmark(
             await watchdog
         if bar is not None:
             bar.close()
-    check = await probe.stop()
+    return _bench_result(points, settings, name, stage.reason, await probe.stop(), perf_counter() - t_stage)
+
+
+def _bench_result(
+    points: list[LoadPointResult], settings: BenchSettings, name: str, reason: ErrorClass | None,
+    check: SelfCheck, duration_s: float,
+) -> BenchResult:  # fmt: skip
+    """What the run measured, with why it ended early (a death, the deadline, a hang) and how far the
+    client can be trusted (its self-check)."""
     n = len(settings.load_points)
     return BenchResult(
         points=tuple(points),
         objective_point=settings.objective_point % n,
         model=name,
-        crashed=stage.reason is ErrorClass.SERVER_DIED,
-        deadline_hit=stage.reason is ErrorClass.DEADLINE,
-        hung=stage.reason is ErrorClass.HANG,
+        crashed=reason is ErrorClass.SERVER_DIED,
+        deadline_hit=reason is ErrorClass.DEADLINE,
+        hung=reason is ErrorClass.HANG,
         client_bound=check.client_bound,
         client_cpu_share=check.cpu_share,
         loop_lag_p99_ms=check.loop_lag_p99_ms,
         starved=check.starved,
         run_queue_wait_share=check.run_queue_wait_share,
-        duration_s=perf_counter() - t_stage,
+        duration_s=duration_s,
     )
 
+
+
+async def _run_points(
+    stage: Stage, http: HttpClients, settings: BenchSettings, rows: tuple[DatasetRow, ...] | None,
+    name: str, settle: float, bar: _Progress | None, points: list[LoadPointResult],
+) -> None:  # fmt: skip
+    """Every load point in turn (its requests built up front), each result appended to `points` as it
+    is measured (a death or stop keeps what was measured)."""
+    wl = settings.workload
+    vocab = await stage.race(served_vocab_size(http.control)) if rows is None else None
+    plans = [
+        build_requests(wl, p.prompts, seed=wl.seed + i, rows=rows, vocab_size=vocab)
+        for i, p in enumerate(settings.load_points)
+    ]
+    sender = RequestSender(http, api=wl.api, model=name)
+    for i, (point, specs) in enumerate(zip(settings.load_points, plans, strict=True)):
+        result = await _run_point(stage, http.control, sender, settings, point, specs, i, settle, bar)
+        if result is not None:
+            points.append(result)
+        stage.check()
 
 
 async def _run_point(

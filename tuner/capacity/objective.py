@@ -31,12 +31,13 @@ from tuner.capacity.search import Knob, Measurement, PointVerdict, Search, Searc
 from tuner.config import Failure, Outcome, TrialConfig
 from tuner.result import TrialResult
 from tuner.session import TrialContext, key_of, prepare_launch
-from tuner.sglang.server import _kv_tokens, server_info
+from tuner.sglang.server_info import _kv_tokens, server_info
 from tuner.space.loader import SearchSpace
 from tuner.space.sections import CapacitySpec
 from tuner.store import capacity_points as stored
-from tuner.store.capacity import CapacityRecord, save
-from tuner.store.capacity import load as load_records
+from tuner.store.capacity import CapacityRecord
+from tuner.store.factory import open_store
+from tuner.store.protocol import StoreOpener
 from tuner.trial import run_trial
 
 log = logging.getLogger(__name__)
@@ -168,12 +169,16 @@ class _Stage(_CapacityStage):
 class _Sink:
     """Where the points go: the store, as each is measured."""
 
-    def __init__(self, url: str, key: stored.SearchKey, spec: CapacitySpec, prior: Sequence[float]) -> None:
-        self.url, self.key, self.spec, self.prior = url, key, spec, tuple(prior)
+    def __init__(
+        self, url: str, key: stored.SearchKey, spec: CapacitySpec, prior: Sequence[float],
+        stores: StoreOpener = open_store,
+    ) -> None:  # fmt: skip
+        self.url, self.key, self.spec, self.prior, self.stores = url, key, spec, tuple(prior), stores
         self.kv_tokens: int | None = None
 
     def point(self, m: Measurement, _verdict: PointVerdict) -> None:
-        stored.append(self.url, self.key, _stored(m))
+        with self.stores(self.url) as store:
+            store.add_capacity_point(self.key, _stored(m))
 
 
 class CapacityExecutor:
@@ -181,13 +186,14 @@ class CapacityExecutor:
 
     def __init__(
         self, space: SearchSpace, *, db_url: str, study: str, inner: Any = run_trial,
-        warm: tuple[str, str] | None = None,
+        warm: tuple[str, str] | None = None, stores: StoreOpener = open_store,
     ) -> None:  # fmt: skip
         spec = capacity_spec(space)
         if spec is None:
             raise ValueError(f"{space.path}: no capacity objective")
         self.space, self.url, self.study, self.spec, self.inner = space, db_url, study, spec, inner
         self.warm = warm  # (database URL, study) of a warm start: its capacities start the search too
+        self.stores = stores
 
     def _prior(self, config_hash: str | None = None) -> list[float]:
         """The capacities found so far under the same SLOs and knob: this launch's own (a finalist's
@@ -195,9 +201,11 @@ class CapacityExecutor:
         wanted = tuple(s.name for s in self.spec.slo)
         sources = [(self.url, self.study)] + ([self.warm] if self.warm else [])
         for url, study in sources:
+            with self.stores(url, create=url == self.url) as store:
+                records = store.capacity(study)
             found = [
                 r
-                for r in load_records(url, study)
+                for r in records
                 if r.outcome == "ok" and r.capacity and r.knob == self.spec.load and tuple(r.slos) == wanted
             ]
             own = [float(r.capacity) for r in found if r.capacity and r.config_hash == config_hash]
@@ -218,8 +226,9 @@ class CapacityExecutor:
             run_key=run_key(label),
             search_key=search_key(self.spec),
         )
-        sink = _Sink(self.url, key, self.spec, self._prior(key.config_hash))
-        known = stored.load(self.url, key)
+        sink = _Sink(self.url, key, self.spec, self._prior(key.config_hash), self.stores)
+        with self.stores(self.url) as store:
+            known = store.capacity_points(key)
         search = Search(plan=plan_for(self.spec, prior=sink.prior, bench_concurrency=1, kv_requests=None))
         for p in known:
             search.record(_measurement(p))
@@ -263,18 +272,22 @@ class CapacityExecutor:
             outcome="ok" if result.ok else result.outcome.value,
             message=None if result.failure is None else result.failure.message[:500],
         )
-        save(self.url, record)
+        with self.stores(self.url) as store:
+            store.save_capacity(record)
         if not result.ok:
             return result
         value = capacity if capacity is not None else 0.0  # measured: no load met the SLOs
         return replace(result, stage_metrics={**result.stage_metrics, self.spec.metric: value})
 
 
-def executor_for(space: SearchSpace, *, db_url: str, study: str, warm: tuple[str, str] | None = None) -> Any:
+def executor_for(
+    space: SearchSpace, *, db_url: str, study: str, warm: tuple[str, str] | None = None,
+    stores: StoreOpener = open_store,
+) -> Any:  # fmt: skip
     """What launches the study's trials: with the load search when the space has a capacity objective."""
     if capacity_spec(space) is None:
         return run_trial
-    return CapacityExecutor(space, db_url=db_url, study=study, warm=warm)
+    return CapacityExecutor(space, db_url=db_url, study=study, warm=warm, stores=stores)
 
 
 def curve_points(search: Search, kv_tokens: int | None, bench: BenchSettings) -> tuple[dict[str, Any], ...]:

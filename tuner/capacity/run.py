@@ -30,7 +30,9 @@ from tuner.report.frame import StudyData, load_study_data, measurements
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.space.sections import Slo
-from tuner.store.capacity import CapacityRecord, save
+from tuner.store.capacity import CapacityRecord
+from tuner.store.factory import open_store
+from tuner.store.protocol import StoreOpener
 from tuner.store.rows import StoredTrial
 from tuner.trial import run_trial
 
@@ -220,12 +222,13 @@ def _choose(data: StudyData, trial: int | None) -> StoredTrial:
 
 def capacity(
     space: SearchSpace, request: CapacityRequest, *, db_url: str, study: str | None = None,
-    on_point: OnPoint | None = None,
+    on_point: OnPoint | None = None, stores: StoreOpener = open_store,
 ) -> CapacityRecord:  # fmt: skip
     """Relaunch the chosen trial, search its capacity under the SLOs, store and return the result."""
     if request.repeats < 1 or request.max_points < 2:
         raise ConfigError("capacity: expected --repeats ≥ 1 and --max-points ≥ 2")
-    data = load_study_data(db_url, study, preferred=space.study_name if study is None else None)
+    preferred = space.study_name if study is None else None
+    data = load_study_data(db_url, study, preferred=preferred, stores=stores)
     row = _choose(data, request.trial)
     number = row.trial_number
     slos = request.slos or slos_for(space, ())
@@ -269,13 +272,15 @@ def capacity(
         message=None if failure is None else failure.message[:500],
     )
     if record.outcome != Outcome.INTERRUPTED.value:
-        save(db_url, record)  # an interrupted search is not a result
+        with stores(db_url) as store:  # an interrupted search is not a result
+            store.save_capacity(record)
     return record
 
 
 def finalists_capacity(
-    space: SearchSpace, *, db_url: str, study: str, on_point: OnPoint | None = None
-) -> list[CapacityRecord]:
+    space: SearchSpace, *, db_url: str, study: str, on_point: OnPoint | None = None,
+    stores: StoreOpener = open_store,
+) -> list[CapacityRecord]:  # fmt: skip
     """`search.finalists.capacity`: the capacity of each finalist the study re-measured (else of the
     --best choice) under the space's SLOs; a finalist already measured for this launch is skipped."""
     import optuna
@@ -284,7 +289,7 @@ def finalists_capacity(
     from tuner.study.storage import make_storage
 
     slos = slos_for(space, ())
-    data = load_study_data(db_url, study)
+    data = load_study_data(db_url, study, stores=stores)
     loaded = optuna.load_study(study_name=data.name, storage=make_storage(db_url))
     claimed = loaded.user_attrs.get(STATE_ATTR) or {}
     numbers: list[int | None] = [int(n) for n in claimed] or [None]
@@ -295,5 +300,7 @@ def finalists_capacity(
         if known is not None and known.config_hash == row.config_hash and known.outcome == "ok":
             continue
         request = CapacityRequest(trial=number, slos=slos)
-        done.append(capacity(space, request, db_url=db_url, study=data.name, on_point=on_point))
+        done.append(
+            capacity(space, request, db_url=db_url, study=data.name, on_point=on_point, stores=stores)
+        )
     return done

@@ -18,6 +18,7 @@ from typing import NoReturn
 from tuner.cli import capacity, probe, profile, study
 from tuner.errors import ExitCode, TunerError
 from tuner.interrupts import INTERRUPTS
+from tuner.store.protocol import StoreOpener
 
 log = logging.getLogger("tuner")
 
@@ -41,12 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m tuner`; returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, stores: StoreOpener | None = None) -> int:
+    """Entry point of `python -m tuner`; returns the exit code. `stores`: how every command opens
+    its result store (default tuner.store.factory.open_store; tests hand in a FakeStore's)."""
     if sys.stdout is None or sys.stdout.closed:  # started with stdout closed (`>&-`): results would vanish
         _say("error: standard output is closed; run with it open (or redirected to a file)")
         return int(ExitCode.USAGE)
-    code = _main(argv)
+    code = _main(argv, stores)
     try:
         sys.stdout.flush()
     except OSError as exc:  # `> /dev/full`, a closed pipe: one line, not a traceback at exit
@@ -69,8 +71,9 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, stores: StoreOpener | None) -> int:
     args = build_parser().parse_args(argv)
+    args.stores = stores
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

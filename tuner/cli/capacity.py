@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tuner.bench.settings import MAX_PROMPTS
-from tuner.cli.output import MAX_COUNT, MAX_LOAD, MAX_REPEATS, bounded_float, bounded_int
+from tuner.cli.output import MAX_COUNT, MAX_LOAD, MAX_REPEATS, bounded_float, bounded_int, stores_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -76,7 +76,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         print(f"  {m.load:g} {knob.unit}: {shown}; {m.failed} failed: {said}", file=sys.stderr, flush=True)
 
     print(f"capacity under {', '.join(s.name for s in slos)}, raising the {knob.value}:", file=sys.stderr)
-    record = capacity(space, request, db_url=database_url(args.db), study=args.study, on_point=on_point)
+    url = database_url(args.db)
+    record = capacity(space, request, db_url=url, study=args.study, on_point=on_point, stores=stores_of(args))
     for p in record.points:
         mark = "pass" if p["passed"] else "fail"
         print(f"  load {p['load']:g}: {mark} over {p['runs']} run(s){'; ' + p['why'] if p['why'] else ''}")

@@ -11,22 +11,24 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from tuner.config import NOT_THE_CONFIGURATION, Outcome, Phase
+from tuner.config import Outcome, Phase
 from tuner.names import one_line
 from tuner.result import TrialResult
+from tuner.store.protocol import StoreOpener
 from tuner.study.events import TrialEvent
 
 
 def study_best(
-    url: str, study: str, metric_names: Sequence[str], directions: Sequence[str]
-) -> dict[str, tuple[float, int]]:
+    url: str, study: str, metric_names: Sequence[str], directions: Sequence[str],
+    stores: StoreOpener | None = None,
+) -> dict[str, tuple[float, int]]:  # fmt: skip
     """The best feasible figure of each objective over every trial the study holds (what the live
     display starts from on a resume), each trial's figure as every view shows it (its median)."""
     from tuner.errors import TunerError
     from tuner.report.frame import load_study_data, trial_figures
 
     try:
-        data = load_study_data(url, study)
+        data = load_study_data(url, study) if stores is None else load_study_data(url, study, stores=stores)
     except TunerError:  # a new study: nothing recorded yet
         return {}
     best: dict[str, tuple[float, int]] = {}
@@ -117,7 +119,7 @@ class RunDisplay:
         self.history.append(event)
         if event.reused_from is None:
             self.durations.append(event.duration_s)
-        if event.outcome not in NOT_THE_CONFIGURATION:  # retried: the budget still owes this launch
+        if not event.outcome.retryable:  # retried: the budget still owes this launch
             self.done += 1
         if event.feasible:
             for name, value, direction in zip(self.metric_names, event.values, self.directions, strict=False):

@@ -14,6 +14,8 @@ from typing import IO, Any
 from tuner.config import MAX_GPU_INDEX
 from tuner.errors import ConfigError
 from tuner.space.source import parse_duration
+from tuner.store.factory import open_store
+from tuner.store.protocol import StoreOpener
 
 
 def duration(text: str) -> float:
@@ -338,3 +340,10 @@ def server_url(text: str) -> str:
     if url.userinfo or url.query:
         raise argparse.ArgumentTypeError(f"{expected}: no user, password or query (give --api-key)")
     return text.strip()
+
+
+def stores_of(args: argparse.Namespace) -> StoreOpener:
+    """How the command opens its result store: the opener `main` was handed (a test's FakeStore),
+    else tuner.store.factory.open_store."""
+    given = getattr(args, "stores", None)
+    return given if given is not None else open_store

@@ -29,6 +29,8 @@ from tuner.cli.worker_events import PhaseChanged, TrialStarted, parse_event
 from tuner.errors import ConfigError, ExitCode
 from tuner.interrupts import INTERRUPTS, STOP_EXIT_CODES
 from tuner.space.loader import SearchSpace
+from tuner.store.factory import open_store
+from tuner.store.protocol import StoreOpener
 from tuner.study.events import TrialEvent
 
 log = logging.getLogger(__name__)
@@ -187,8 +189,9 @@ def exit_code(codes: Sequence[int], interrupted: bool) -> int:
 
 
 def run_parallel(
-    options: RunOptions, space: SearchSpace, sets: int, *, db_url: str, study: str, verbose: bool = False
-) -> int:
+    options: RunOptions, space: SearchSpace, sets: int, *, db_url: str, study: str, verbose: bool = False,
+    stores: StoreOpener = open_store,
+) -> int:  # fmt: skip
     """Run `sets` workers of the space's study at once, each on its own GPUs; the exit code."""
     gpu_sets = gpu_sets_for(space, node_gpus(space, options.gpus), sets)
     path = Path(space.path)
@@ -207,8 +210,15 @@ def run_parallel(
             supervisor.stop()
     codes = supervisor.wait()
     interrupted = supervisor.stopping or any(c in STOP_EXIT_CODES for c in codes)
+    if not interrupted and not any(codes):  # every worker done: the study's stages after its launches
+        from tuner.capacity.stage import AFTER_STUDY
+        from tuner.study.stages import StudyEnd, run_after
+
+        end = StudyEnd(space=space, db_url=db_url, study=study, interrupted=False, stores=stores)
+        for line in run_after(AFTER_STUDY, end):
+            print(line)
     budget = options.trials or space.budget.n_trials
-    _summary(db_url, study, budget, interrupted)
+    _summary(db_url, study, budget, interrupted, stores)
     return exit_code(codes, supervisor.stopping)
 
 
@@ -269,12 +279,11 @@ def _follow(
                 display.console.print(f"[{worker.label}] {line}", markup=False, highlight=False)
 
 
-def _summary(db_url: str, study: str, budget: int | None, interrupted: bool) -> None:
+def _summary(db_url: str, study: str, budget: int | None, interrupted: bool, stores: StoreOpener) -> None:
     from tuner.report.status import print_status
-    from tuner.store.factory import open_store
 
-    store = open_store(db_url)
-    launched = sum(1 for r in store.trials(study) if r.launch is not None and r.confirm_of is None)
-    resume = " (interrupted; run the same command to resume)" if interrupted else ""
-    print(f"study {study}: {launched}/{budget or '∞'} launches recorded{resume}")
-    print_status(store, study, None)
+    with stores(db_url) as store:
+        launched = sum(1 for r in store.trials(study) if r.launch is not None and r.confirm_of is None)
+        resume = " (interrupted; run the same command to resume)" if interrupted else ""
+        print(f"study {study}: {launched}/{budget or '∞'} launches recorded{resume}")
+        print_status(store, study, None)

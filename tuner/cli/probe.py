@@ -18,7 +18,7 @@ from tuner.bench.goodput import goodput_flag, parse_goodput, point_goodput
 from tuner.bench.serving_json import bench_serving_records
 from tuner.bench.settings import Api, BenchSettings, LoadPoint, Workload, WorkloadKind
 from tuner.bench.types import BenchResult, LoadPointResult
-from tuner.cli.output import bounded_int, database_arg, server_url
+from tuner.cli.output import bounded_int, database_arg, server_url, stores_of
 from tuner.errors import ConfigError
 from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook, write_reference
@@ -361,7 +361,7 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from tuner.report.frame import load_study_data
     from tuner.store.connect import database_url
 
-    data = load_study_data(database_url(args.db), args.study)
+    data = load_study_data(database_url(args.db), args.study, stores=stores_of(args))
     row = data.row_of(args.trial)
     outputs = ((row.gate or {}).get("reference") or {}).get("outputs") if row is not None else None
     if not outputs:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tuner.cli.output import (
     MAX_COUNT,
@@ -17,10 +17,15 @@ from tuner.cli.output import (
     database_arg,
     output_folder,
     release,
+    stores_of,
     write_file,
     written,
 )
 from tuner.errors import ConfigError, ExitCode
+
+if TYPE_CHECKING:
+    from tuner.report.frame import StudyData
+    from tuner.store.protocol import StoreOpener
 
 
 def _add_choice(p: argparse.ArgumentParser) -> None:
@@ -154,7 +159,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     if args.output is not None:  # a path that cannot be written is refused before anything is said
         check_writable(args.output, "-o")
-    data = load_study_data(database_url(args.db), args.study, preferred=_preferred(args), goodput=True)
+    data = load_study_data(
+        database_url(args.db), args.study, preferred=_preferred(args), goodput=True, stores=stores_of(args)
+    )
     if args.trial is None and (args.allow_infeasible and not args.best):
         raise ConfigError(
             "--allow-infeasible: expected --trial N with it (--best only picks feasible trials)"
@@ -193,22 +200,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     from tuner.cli.display import result_line
-    from tuner.metrics import METRICS, SPREAD_METRICS
-    from tuner.report.export import build_profile, select
+    from tuner.report.export import select
     from tuner.report.frame import load_study_data
     from tuner.space.loader import load_space
     from tuner.store.connect import database_url
-    from tuner.store.factory import open_store
     from tuner.study.confirm import confirm
 
     space = load_space(args.space)
     url = database_url(args.db)
+    stores = stores_of(args)
     if args.repeats < 1:
         raise ConfigError(f"--repeats: expected at least 1 (got {args.repeats})")
-    with open_store(url, create=False) as store:
+    with stores(url, create=False) as store:
         name = store.resolve_study(args.study, preferred=space.study_name)
     choice = select(
-        load_study_data(url, name),
+        load_study_data(url, name, stores=stores),
         trial=args.trial,
         prefer=args.prefer,
         min_free_mib=args.min_free_mib,
@@ -226,10 +232,23 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         trial=args.trial,
         repeats=args.repeats,
         on_result=on_result,
+        stores=stores,
     )
     if choice.reason:
         print(choice.reason, file=sys.stderr)
-    data = load_study_data(url, run.study)
+    _print_confirmed(run, load_study_data(url, run.study, stores=stores), url)
+    if run.interrupted:
+        return ExitCode.INTERRUPTED
+    return 0 if run.all_ok else 1
+
+
+def _print_confirmed(run: Any, data: StudyData, url: str) -> None:
+    """What the repeats recorded, every measurement of the configuration (median, range, n) and how to
+    export it."""
+    from tuner.metrics import METRICS, SPREAD_METRICS
+    from tuner.report.export import build_profile, select
+    from tuner.store.connect import mask_url
+
     original = next(r for r in data.rows if r.id == run.original_id)
     profile = build_profile(
         data,
@@ -250,14 +269,25 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                 f"  {m.title:<18} median {m.show(spread.median):>16}   min {m.show(spread.low):>16}   "
                 f"max {m.show(spread.high):>16}   n={spread.n}"
             )
-    from tuner.store.connect import mask_url
-
     shown = mask_url(url)  # a password stays out of the terminal: the user adds it back
     where = f"--db {shown} --study {run.study} --trial {run.trial}"
     print(f"export it: python -m tuner export {where} --format sh")
-    if run.interrupted:
-        return ExitCode.INTERRUPTED
-    return 0 if run.all_ok else 1
+
+
+def _save_capacity(data: StudyData, out: Path, context: str) -> None:
+    """capacity.csv and each trial's latest capacity curve (capacity_N.png)."""
+    from tuner.report.capacity_plot import capacity_plot
+    from tuner.report.detail import capacity_frame
+    from tuner.report.plots import save_png
+    from tuner.store.capacity import latest_by_row
+
+    with written(out / "capacity.csv", "--out") as fh:
+        csv_safe(capacity_frame(data.capacity)).to_csv(fh, index=False)
+    for record in latest_by_row(data.capacity).values():
+        who = record.trial_number if record.trial_number is not None else f"row{record.row_id}"
+        figure = capacity_plot(record, context=context)
+        with written(out / f"capacity_{who}.png", "--out", binary=True) as fh:
+            save_png(figure, fh)
 
 
 def _as_choice(row: Any) -> Any:
@@ -267,9 +297,35 @@ def _as_choice(row: Any) -> Any:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from tuner.report.frame import load_study_data
+    from tuner.store.connect import database_url
+
+    stores = stores_of(args)
+    if args.out is None and args.html is None:
+        raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")
+    if args.html is not None:
+        check_writable(args.html, "--html")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out}: is a file; expected a folder")
+    url = database_url(args.db)
+    data = load_study_data(url, args.study, preferred=_preferred(args), goodput=True, stores=stores)
+    if args.html is not None:
+        from tuner.report.page import study_page
+
+        write_file(args.html, study_page(data, stores=stores), "--html")
+        print(f"wrote {args.html}")
+    if args.out is not None:
+        out = output_folder(args.out, "--out")
+        _save_report(data, out, url, stores)
+        print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
+    return 0
+
+
+def _save_report(data: StudyData, out: Path, url: str, stores: StoreOpener) -> None:
+    """The report's CSV tables and PNG figures in `out`."""
     from tuner.report.context import context_line
-    from tuner.report.detail import capacity_frame, failures_frame, param_importances, requests_frame
-    from tuner.report.frame import load_study_data, trials_frame
+    from tuner.report.detail import failures_frame, param_importances, requests_frame
+    from tuner.report.frame import trials_frame
     from tuner.report.knobs import fraction_param
     from tuner.report.pareto import front_frame, pareto_front
     from tuner.report.plots import (
@@ -281,28 +337,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         per_gpu_per_user_plot,
         save_png,
     )
-    from tuner.store.connect import database_url
-    from tuner.store.factory import open_store
 
-    if args.out is None and args.html is None:
-        raise ConfigError("report: expected --out DIR (CSV and PNG files) and/or --html FILE")
-    if args.html is not None:
-        check_writable(args.html, "--html")
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise ConfigError(f"--out {args.out}: is a file; expected a folder")
-    url = database_url(args.db)
-    data = load_study_data(url, args.study, preferred=_preferred(args), goodput=True)
-    if args.html is not None:
-        from tuner.report.page import study_page
-
-        write_file(args.html, study_page(data), "--html")
-        print(f"wrote {args.html}")
-        if args.out is None:
-            return 0
     front = pareto_front(data)
     frame = trials_frame(data, front)
     context = context_line(data)
-    out = output_folder(args.out, "--out")
 
     def save(name: str, write: Callable[[IO[Any]], object]) -> None:
         with written(out / name, "--out", binary=name.endswith(".png")) as fh:
@@ -312,15 +350,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     save("front.csv", lambda f: csv_safe(front_frame(data, front)).to_csv(f, index=False))
     save("failures.csv", lambda f: csv_safe(failures_frame(data)).to_csv(f, index=False))
     if data.capacity:
-        from tuner.report.capacity_plot import capacity_plot
-        from tuner.store.capacity import latest_by_row
-
-        save("capacity.csv", lambda f: csv_safe(capacity_frame(data.capacity)).to_csv(f, index=False))
-        for record in latest_by_row(data.capacity).values():
-            who = record.trial_number if record.trial_number is not None else f"row{record.row_id}"
-            figure = capacity_plot(record, context=context)
-            with written(out / f"capacity_{who}.png", "--out", binary=True) as fh:
-                save_png(figure, fh)
+        _save_capacity(data, out, context)
     importances = param_importances(data.trials, data.directions, data.metric_names)
     if importances.note:
         print(f"importances: {importances.note}", file=sys.stderr)
@@ -338,10 +368,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if fraction is not None:
         figure = metric_vs_param_plot(frame, fraction, context=context)
         save("mem_fraction.png", lambda p: save_png(figure, p))
-    with open_store(url, create=False) as store:
+    with stores(url, create=False) as store:
         rows = [r for n in front if (r := data.row_of(n)) is not None]
         requests = requests_frame(store, list({r.id: r for r in rows}.values()))
     if not requests.empty:
         save("latency.png", lambda p: save_png(latency_plot(requests, context=context), p))
-    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out}")
-    return 0

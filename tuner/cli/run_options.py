@@ -3,7 +3,7 @@
 `run --parallel N` starts N ordinary `run` workers; each gets the parent's options with its own
 GPU set, so every option of `run` must reach it. `RunOptions.argv` writes every field back as
 the flag `run` parses it from (the field name with dashes), so a new option is one argument in
-`cli.study.register` and one field here; tests/unit/test_run_options.py fails when they differ.
+`cli.run.register_run` and one field here; tests/unit/test_run_options.py fails when they differ.
 """
 
 from __future__ import annotations

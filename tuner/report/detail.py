@@ -15,7 +15,6 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import Outcome
 from tuner.report.frame import EXCERPT_LINES, StudyData, compact_params, failure_class, measurements
 from tuner.report.goodput import with_latencies
 from tuner.report.why import reason, slos_of
@@ -48,7 +47,7 @@ def failures_by_class(rows: Sequence[StoredTrial]) -> Counter[str]:
 
 
 def _launched(row: StoredTrial) -> bool:
-    return row.outcome is not Outcome.PRUNED
+    return row.outcome.kind.launched
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,35 +15,35 @@ raises `ReportError` rather than show a front that one of them denies.
 
 from __future__ import annotations
 
-import logging
 import statistics
-import warnings
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import Outcome
-from tuner.errors import ConfigError, StoreError
 from tuner.metrics import METRICS
-from tuner.report.figures import TrialFigures, figures_over, launch_gpu_count, measurements
-from tuner.report.goodput import Goodput, goodput_bounds, goodput_of, objective_duration
+from tuner.report.figures import TrialFigures, launch_gpu_count, measurements
 from tuner.report.knobs import _short_names, compact_params, param_legend
+from tuner.report.study_data import (
+    StudyData,
+    load_study_data,
+    median_measurements,
+    study_data_from,
+    trial_figures,
+    with_goodput,
+)
 from tuner.report.why import reason, slos_of
-from tuner.secrets import readable_space_text
-from tuner.store.capacity import CapacityRecord, bind_rows, latest_by_row
-from tuner.store.capacity import load as load_capacity
-from tuner.store.connect import mask_url, optuna_storage_kwargs
-from tuner.store.factory import open_store
-from tuner.store.protocol import StoreOpener
 from tuner.store.rows import StoredTrial
-from tuner.study.asks import classify, classify_trial
+from tuner.study.asks import Ask, classify, classify_trial
 
 __all__ = [
     "StudyData",
+    "median_measurements",
+    "study_data_from",
+    "with_goodput",
     "compact_params",
     "param_legend",
     "load_study_data",
@@ -54,162 +54,8 @@ __all__ = [
     "trials_frame",
 ]
 
-log = logging.getLogger(__name__)
-
 MEASURED = tuple(METRICS)
 EXCERPT_LINES = 12
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StudyData:
-    """Everything the reports read about one study: the tuner's rows and Optuna's trials."""
-
-    name: str
-    url: str
-    rows: tuple[StoredTrial, ...]
-    trials: tuple[FrozenTrial, ...] = ()
-    metric_names: tuple[str, ...] = ("output_throughput", "kv_tokens")
-    directions: tuple[str, ...] = ("maximize", "maximize")
-    best_numbers: tuple[int, ...] | None = None  # Optuna's best_trials; None without an Optuna study
-    space_text: str | None = None  # the space file stored with the study (workload, constraints)
-    capacity: tuple[CapacityRecord, ...] = ()  # `tuner capacity` runs of its trials, oldest first
-    goodput: Mapping[int, Goodput] = field(default_factory=dict)  # row id -> goodput (load_study_data)
-
-    def capacity_of(self, row_id: int) -> CapacityRecord | None:
-        """The latest capacity run of the trial row `row_id`."""
-        return latest_by_row(self.capacity).get(row_id)
-
-    def row_of(self, number: int) -> StoredTrial | None:
-        """The recorded measurement of Optuna trial `number` (a reused result maps to its original)."""
-        by_number = {
-            r.trial_number: r for r in self.rows if r.confirm_of is None and r.trial_number is not None
-        }
-        if number in by_number:
-            return by_number[number]
-        for t in self.trials:
-            if t.number == number and isinstance(t.user_attrs.get("dedup_of"), int):
-                return by_number.get(t.user_attrs["dedup_of"])
-        return None
-
-    def confirmations(self, row_id: int) -> tuple[StoredTrial, ...]:
-        """The re-validation measurements recorded for the row `row_id`."""
-        return tuple(r for r in self.rows if r.confirm_of == row_id)
-
-
-# ------------------------------------------------------------------------------------- loading
-
-
-def load_study_data(
-    url: str,
-    study: str | None = None,
-    *,
-    preferred: str | None = None,
-    goodput: bool = False,
-    stores: StoreOpener = open_store,
-) -> StudyData:
-    """Read one study's rows and Optuna trials (the I/O edge of the reports); see ResultStore.resolve_study.
-    With `goodput`, also each measured trial's goodput from its request records (tuner.report.goodput).
-
-    A SQLite file that does not exist is an error (opening it would create an empty database).
-    """
-    data = _load(url, study, preferred, stores)
-    return with_goodput(data, stores=stores) if goodput else data
-
-
-def with_goodput(data: StudyData, *, stores: StoreOpener = open_store) -> StudyData:
-    """`data` with the goodput of every measured trial and re-measurement under the study's latency
-    constraints (none where the study has no latency constraint)."""
-    bounds = goodput_bounds(slos_of(data.space_text))
-    if not bounds:
-        return data
-    found: dict[int, Goodput] = {}
-    with stores(data.url, create=False) as store:
-        for row in data.rows:
-            if not row.outcome.measured:
-                continue
-            duration = objective_duration(row.bench, row.objective_point)
-            result = goodput_of(store.requests(row.id), bounds, duration, row.objective_point)
-            if result is not None:
-                found[row.id] = result
-    return replace(data, goodput=found)
-
-
-def _load(url: str, study: str | None, preferred: str | None, stores: StoreOpener) -> StudyData:
-    missing = _missing_sqlite_file(url)
-    if missing is not None:
-        raise ConfigError(
-            f"no experiments database: {missing} does not exist; expected the file "
-            "`python -m tuner run` wrote (give it with --db, or "
-            "TUNER_DB=sqlite:////abs/path/experiments.db for the notebook)"
-        )
-    with stores(url, create=False) as store:
-        name = store.resolve_study(study, preferred=preferred)
-        rows = store.trials(name)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=optuna_storage_kwargs(url))
-            loaded = optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        log.warning("study %r has tuner rows but no Optuna study in %s", name, mask_url(url))
-        return StudyData(name=name, url=url, rows=rows)
-    except Exception as exc:  # Optuna wraps database errors in many types
-        raise StoreError(
-            f"experiments database {mask_url(url)}: cannot read Optuna study {name!r}: {exc}"
-        ) from exc
-    trials = tuple(loaded.get_trials(deepcopy=False))
-    directions = tuple(d.name.lower() for d in loaded.directions)
-    names = tuple(loaded.metric_names or [f"objective_{i}" for i in range(len(directions))])
-    best = (
-        tuple(sorted(t.number for t in loaded.best_trials)) if len(directions) > 1 else _single_best(loaded)
-    )
-    storage.remove_session()
-    return StudyData(
-        name=name,
-        url=url,
-        rows=rows,
-        trials=trials,
-        metric_names=names,
-        directions=directions,
-        best_numbers=best,
-        space_text=readable_space_text(text)
-        if isinstance(text := loaded.user_attrs.get("space_text"), str)
-        else None,
-        capacity=bind_rows(load_capacity(url, name), rows),
-    )
-
-
-def _missing_sqlite_file(url: str) -> str | None:
-    """The path of a SQLite file URL whose file is missing; None for anything else."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
-        return None
-    from pathlib import Path
-
-    return None if Path(parsed.database).exists() else parsed.database
-
-
-def _single_best(study: optuna.Study) -> tuple[int, ...]:
-    try:
-        return (study.best_trial.number,)
-    except ValueError:  # no feasible complete trial yet
-        return ()
-
-
-# ---------------------------------------------------------------------------------- measurements
-
-
-def trial_figures(data: StudyData, row: StoredTrial) -> TrialFigures:
-    """The displayed figures of the trial recorded in `row`: the one function every view reads
-    (tuner.report.figures.TrialFigures)."""
-    return figures_over(data.rows, row)
-
-
-def median_measurements(data: StudyData, row: StoredTrial) -> dict[str, float | None]:
-    """Every metric of a trial as the median over its measurements (`trial_figures(...).values`)."""
-    return dict(trial_figures(data, row).values)
 
 
 def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
@@ -218,7 +64,7 @@ def status_of(row: StoredTrial | None, trial: FrozenTrial | None = None) -> str:
         if trial is not None and trial.state is not TrialState.COMPLETE:
             return trial.state.name.lower()
         return "unrecorded"
-    if row.outcome is Outcome.PRUNED:
+    if not row.outcome.kind.launched:
         return "pruned"
     if not row.outcome.measured:
         return "failed"
@@ -276,67 +122,17 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
         items = [(t.number, data.row_of(t.number), t) for t in data.trials]
     else:
         items = [(r.trial_number, r, None) for r in data.rows if r.confirm_of is None]
-    fates = {a.number: a for a in classify(data.trials, data.rows)}
     slos = slos_of(data.space_text)
     retried = {
         int(t.user_attrs["retry_of"]): t.number
         for t in data.trials
         if isinstance(t.user_attrs.get("retry_of"), int)
     }
-    records = []
-    for number, row, trial in items:
-        params = dict(trial.params) if trial is not None else dict(row.params if row else {})
-        if row is not None and not params:
-            params = dict(row.params)
-        reused = trial.user_attrs.get("dedup_of") if trial is not None else None
-        ask = fates.get(number) if number is not None else classify_trial(trial, row)
-        rec: dict[str, Any] = {
-            "trial": number,
-            "row_id": row.id if row else None,
-            "state": trial.state.name if trial is not None else "RECORDED",
-            "status": status_of(row, trial),
-            "outcome": row.outcome.value if row else (trial.user_attrs.get("outcome") if trial else None),
-            "failure": failure_class(row),
-            "phase": row.failure_phase.value if row and row.failure_phase else None,
-            "feasible": bool(row.feasible) if row else False,
-            "pareto": number in front_set,
-            "reused_from": reused if isinstance(reused, int) else None,
-            "knobs": compact_params({k: params.get(k) for k in param_names if k in params}, short),
-            "fate": ask.fate.value if ask is not None else None,
-            "noisy": ask.noisy if ask is not None else None,
-        }
-        for name in param_names:
-            column = name if name not in _BASE_COLUMNS and name not in MEASURED else f"param:{name}"
-            rec[column] = params.get(name)
-        figures = trial_figures(data, row) if row else None
-        rec.update(figures.values if figures else dict.fromkeys(MEASURED))
-        for name in dict.fromkeys([*data.metric_names, *RANGE_METRICS]):
-            rec[f"{name}_min"] = figures.low.get(name) if figures and figures.runs > 1 else None
-            rec[f"{name}_max"] = figures.high.get(name) if figures and figures.runs > 1 else None
-        own = measurements(row) if row else {}
-        why = reason(row, trial, own, slos, retried_as=retried.get(number) if number is not None else None)
-        rec.update(
-            {
-                "startup_s": row.startup_s if row else None,
-                "n_confirm": len(data.confirmations(row.id)) if row else 0,
-                "sglang_version": row.sglang_version if row else None,
-                "config_hash": row.config_hash
-                if row
-                else trial.user_attrs.get("cfg_hash")
-                if trial
-                else None,
-                "started_at": row.started_at if row else None,
-                "duration_s": (row.finished_at - row.started_at).total_seconds() if row else None,
-                "failure_message": row.failure_message if row else None,
-                "why": why,
-                "runs": figures.runs if figures else 0,
-                "launch_gpus": launch_gpu_count(row) if row and row.argv else None,
-                **_goodput_columns(data, row, figures),
-                "log_path": row.log_path if row else None,
-                "capacity": _capacity(data, row),
-            }
-        )
-        records.append(rec)
+    shape = _Shape(
+        front=front_set, param_names=param_names, short=short, slos=slos, retried=retried,
+        fates={a.number: a for a in classify(data.trials, data.rows)},
+    )  # fmt: skip
+    records = [_trial_record(data, number, row, trial, shape) for number, row, trial in items]
     if not records:
         return pd.DataFrame(columns=[*_BASE_COLUMNS, *param_names, *MEASURED, *_TAIL_COLUMNS])
     frame = pd.DataFrame.from_records(records)
@@ -344,6 +140,85 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     frame.attrs["metric_names"] = list(data.metric_names)
     frame.attrs["directions"] = list(data.directions)
     return frame
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Shape:
+    """What every row of the trials frame is built against."""
+
+    front: set[int]
+    param_names: Sequence[str]
+    short: Mapping[str, str]
+    fates: Mapping[int, Ask]
+    slos: Any
+    retried: Mapping[int, int]
+
+
+def _trial_record(
+    data: StudyData, number: int | None, row: StoredTrial | None, trial: FrozenTrial | None, shape: _Shape
+) -> dict[str, Any]:
+    """One row of the trials frame: what became of the ask, its knobs, its figures and why."""
+    params = dict(trial.params) if trial is not None else dict(row.params if row else {})
+    if row is not None and not params:
+        params = dict(row.params)
+    reused = trial.user_attrs.get("dedup_of") if trial is not None else None
+    ask = shape.fates.get(number) if number is not None else classify_trial(trial, row)
+    rec: dict[str, Any] = {
+        "trial": number,
+        "row_id": row.id if row else None,
+        "state": trial.state.name if trial is not None else "RECORDED",
+        "status": status_of(row, trial),
+        "outcome": row.outcome.value if row else (trial.user_attrs.get("outcome") if trial else None),
+        "failure": failure_class(row),
+        "phase": row.failure_phase.value if row and row.failure_phase else None,
+        "feasible": bool(row.feasible) if row else False,
+        "pareto": number in shape.front,
+        "reused_from": reused if isinstance(reused, int) else None,
+        "knobs": compact_params({k: params.get(k) for k in shape.param_names if k in params}, shape.short),
+        "fate": ask.fate.value if ask is not None else None,
+        "noisy": ask.noisy if ask is not None else None,
+    }
+    return _figure_columns(data, number, row, trial, shape, params, rec)
+
+
+def _figure_columns(
+    data: StudyData, number: int | None, row: StoredTrial | None, trial: FrozenTrial | None, shape: _Shape,
+    params: Mapping[str, Any], rec: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """`rec` with the knob columns, the figures (median, range), the run's facts and why it is not ok."""
+    for name in shape.param_names:
+        column = name if name not in _BASE_COLUMNS and name not in MEASURED else f"param:{name}"
+        rec[column] = params.get(name)
+    figures = trial_figures(data, row) if row else None
+    rec.update(figures.values if figures else dict.fromkeys(MEASURED))
+    for name in dict.fromkeys([*data.metric_names, *RANGE_METRICS]):
+        rec[f"{name}_min"] = figures.low.get(name) if figures and figures.runs > 1 else None
+        rec[f"{name}_max"] = figures.high.get(name) if figures and figures.runs > 1 else None
+    own = measurements(row) if row else {}
+    retried_as = shape.retried.get(number) if number is not None else None
+    why = reason(row, trial, own, shape.slos, retried_as=retried_as)
+    rec.update(
+        {
+            "startup_s": row.startup_s if row else None,
+            "n_confirm": len(data.confirmations(row.id)) if row else 0,
+            "sglang_version": row.sglang_version if row else None,
+            "config_hash": row.config_hash
+            if row
+            else trial.user_attrs.get("cfg_hash")
+            if trial
+            else None,
+            "started_at": row.started_at if row else None,
+            "duration_s": (row.finished_at - row.started_at).total_seconds() if row else None,
+            "failure_message": row.failure_message if row else None,
+            "why": why,
+            "runs": figures.runs if figures else 0,
+            "launch_gpus": launch_gpu_count(row) if row and row.argv else None,
+            **_goodput_columns(data, row, figures),
+            "log_path": row.log_path if row else None,
+            "capacity": _capacity(data, row),
+        }
+    )
+    return rec
 
 
 def _goodput_columns(

@@ -82,6 +82,13 @@ def pareto_plotly(
                 line={"color": "black", "dash": "dash", "width": 1},
             )
         )
+    _layout(fig, frame, x, y, context=context, failures=failures)
+    return fig
+
+
+def _layout(fig: Any, frame: pd.DataFrame, x: str, y: str, *, context: str | None, failures: bool) -> None:
+    """Axis titles, the title, and the notes under the plot: the failed trials (listed, never drawn)
+    and the context."""
     n_failed = int((frame["status"] == "failed").sum()) if failures else 0
     failed = f"failed, not plotted (no trusted measurement): {failure_list(frame)}"
     notes = [f"<span style='color:{COLOURS['failed']}'>{failed}</span>"] if n_failed else []
@@ -107,7 +114,6 @@ def pareto_plotly(
             for i, note in enumerate(notes)
         ],
     )
-    return fig
 
 
 def trials_table(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:

@@ -86,7 +86,8 @@ def _images(
     data: StudyData, frame: pd.DataFrame, front: Sequence[int], context: str, stores: StoreOpener
 ) -> list[tuple[str, str]]:
     """The page's figures as (caption, PNG data URI): metrics against the memory fraction's param,
-    the history, per GPU against per user, the front's latencies, each capacity curve."""
+    the history, per GPU against per user, the front's latencies (its requests read through
+    the store), each capacity curve."""
     images: list[tuple[str, str]] = []
     fraction = fraction_param(frame.attrs.get("params", []), data.space_text)
     if fraction is not None:

@@ -11,9 +11,8 @@ The result is validated against the target's table; host and port are set anew.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from tuner.config import TrialConfig
 from tuner.errors import FlagError, ProfileError
@@ -22,7 +21,7 @@ from tuner.report.profile import DEFAULT_PORT, split_launcher
 from tuner.sglang.flags import current_spelling, render_flags, validate_flags
 from tuner.sglang.options import OptionSpec, OptionTable
 from tuner.sglang.renames import CANONICAL_KINDS, canonical, missing_message, replacement
-from tuner.sglang.structured import restore_config
+from tuner.store.rows import config_from_dict
 
 SGLANG_LAUNCHER = ("python", "-m", "sglang.launch_server")
 DEFAULT_HOST = "127.0.0.1"
@@ -40,12 +39,6 @@ class Rerendered:
     renamed: tuple[str, ...] = ()  # "--old -> --new" per flag whose spelling changed
     dropped: tuple[str, ...] = ()  # one line per flag the target has no place for, with the replacement
     warnings: tuple[str, ...] = ()  # what validate_flags still says about the result
-
-
-def config_from_dict(data: Mapping[str, Any]) -> TrialConfig:
-    """The TrialConfig of a stored row's `config` (the JSON of the dataclass); every knob held in
-    fields restores its own (tuner.sglang.structured), so a new one is carried without naming it here."""
-    return restore_config(data)
 
 
 def _groups(flags: Sequence[str], table: OptionTable) -> list[tuple[OptionSpec | None, str, list[str]]]:

@@ -24,14 +24,13 @@ from tuner.metrics import METRICS, Source
 from tuner.report.context import defines_slo
 from tuner.report.frame import (
     StudyData,
-    load_study_data,
+    study_data_from,
     trial_figures,
     trials_frame,
 )
 from tuner.report.knobs import param_legend
 from tuner.report.pareto import pareto_front
 from tuner.store.capacity import bind_rows, latest_by_row
-from tuner.store.capacity import load as load_capacity
 from tuner.store.protocol import ResultStore
 from tuner.study.asks import Ask, Fate, classify, tally, tally_lines
 
@@ -39,7 +38,7 @@ from tuner.study.asks import Ask, Fate, classify, tally, tally_lines
 def study_data(store: ResultStore, study_name: str, study: optuna.Study | None) -> StudyData:
     """StudyData from an open store and, when the caller has one, its Optuna study."""
     if study is None:
-        return load_study_data(store.url, study_name)
+        return study_data_from(store, study_name)
     directions = tuple(d.name.lower() for d in study.directions)
     best = tuple(sorted(t.number for t in study.best_trials)) if len(directions) > 1 else None
     rows = store.trials(study_name)
@@ -52,7 +51,7 @@ def study_data(store: ResultStore, study_name: str, study: optuna.Study | None) 
         directions=directions,
         best_numbers=best,
         space_text=text if isinstance(text := study.user_attrs.get("space_text"), str) else None,
-        capacity=bind_rows(load_capacity(store.url, study_name), rows),
+        capacity=bind_rows(store.capacity(study_name), rows),
     )
 
 

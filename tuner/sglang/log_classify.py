@@ -64,20 +64,7 @@ _ATTENTION_BUILD = re.compile(
 def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phase) -> FailureVerdict:
     """Outcome, one-line message, excerpt of the proving lines and blamed backend of a failed server."""
     clean = [clean_line(line) for line in strip_prefixes([strip_ansi(line) for line in lines])]
-    state = LogState()
-    best: tuple[int, int, FailureLine, LogState] | None = None
-    traceback: tuple[int, LogState] | None = None
-    record = -1  # the last line that starts a log record (SGLang's prefix): it ends any traceback above
-    for i, line in enumerate(clean):
-        event = parse_line(line)
-        record = i if has_prefix(line) else record
-        if isinstance(event, FailureLine):
-            rank = _priority(event)
-            if best is None or rank < best[0] or (rank == best[0] == 2 and _is_error_line(event)):
-                best = (rank, i, event, state)
-        elif TRACEBACK_START.search(line) or (is_frame_line(line) and _no_traceback_open(traceback, record)):
-            traceback = (i, state)  # a traceback posted without its header still counts by its frames
-        state = state.apply(event)
+    best, traceback, state = _scan(clean)
     if (banner := _rejected_command_line(clean, exit_code, best)) is not None:
         return banner
     if best is None and traceback is not None:
@@ -125,6 +112,28 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         role=role,
         stage=STAGE_NAMES[stage],
     )
+
+
+_Best = tuple[int, int, FailureLine, LogState]  # (priority, line index, the line, the state before it)
+
+
+def _scan(clean: Sequence[str]) -> tuple[_Best | None, tuple[int, LogState] | None, LogState]:
+    """The failure line that best explains the log, the last traceback's start, and the final state."""
+    state = LogState()
+    best: _Best | None = None
+    traceback: tuple[int, LogState] | None = None
+    record = -1  # the last line that starts a log record (SGLang's prefix): it ends any traceback above
+    for i, line in enumerate(clean):
+        event = parse_line(line)
+        record = i if has_prefix(line) else record
+        if isinstance(event, FailureLine):
+            rank = _priority(event)
+            if best is None or rank < best[0] or (rank == best[0] == 2 and _is_error_line(event)):
+                best = (rank, i, event, state)
+        elif TRACEBACK_START.search(line) or (is_frame_line(line) and _no_traceback_open(traceback, record)):
+            traceback = (i, state)  # a traceback posted without its header still counts by its frames
+        state = state.apply(event)
+    return best, traceback, state
 
 
 def _no_traceback_open(traceback: tuple[int, LogState] | None, record: int) -> bool:

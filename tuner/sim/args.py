@@ -75,6 +75,44 @@ def _check_fault(key: str, value: Any) -> None:
         raise SimFlagError(f"argument --sim-inject: http_error_rate must be in [0, 1] (got {value})")
 
 
+def _inject(value: str) -> tuple[str, Any]:
+    """One `--sim-inject KEY=VALUE`: the key and its typed, checked value."""
+    k, eq2, v = value.partition("=")
+    if not eq2 or k not in _INJECT_TYPES:
+        raise SimFlagError(
+            f"argument --sim-inject: expected KEY=VALUE with KEY in {sorted(_INJECT_TYPES)} (got {value!r})"
+        )
+    try:
+        typed = _INJECT_TYPES[k](v)
+    except ValueError as exc:
+        raise SimFlagError(f"argument --sim-inject: bad value for {k}: {v!r}") from exc
+    if k == "hang_at" and v not in _HANG_POINTS:
+        raise SimFlagError(f"argument --sim-inject: hang_at must be one of {_HANG_POINTS} (got {v!r})")
+    _check_fault(k, typed)
+    return k, typed
+
+
+def _number(name: str, value: str, kind: type[int] | type[float]) -> int | float:
+    try:
+        return kind(value)
+    except ValueError as exc:
+        raise SimFlagError(f"argument {name}: invalid {kind.__name__} value: {value!r}") from exc
+
+
+def _value(key: str, name: str, value: str) -> dict[str, Any]:
+    """A valued `--sim-*` flag as the SimOptions field it sets."""
+    if key in ("sglang_version", "scenario", "platform"):
+        return {key: value}
+    if key == "seed":
+        return {"seed": _number(name, value, int)}
+    if key == "noise":
+        noise = _number(name, value, float)
+        if not 0 <= noise <= 10:
+            raise SimFlagError(f"argument --sim-noise: expected a percentage in [0, 10] (got {value})")
+        return {"noise_pct": noise}
+    raise SimFlagError(f"unrecognized arguments: {name}")
+
+
 def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
     """Take the `--sim-*` flags out of argv; the rest are SGLang's."""
     values: dict[str, Any] = {}
@@ -106,41 +144,10 @@ def split_sim_flags(argv: list[str]) -> tuple[SimOptions, list[str]]:
         i += 1
         key = name[len("--sim-") :].replace("-", "_")
         if key == "inject":
-            k, eq2, v = value.partition("=")
-            if not eq2 or k not in _INJECT_TYPES:
-                raise SimFlagError(
-                    f"argument --sim-inject: expected KEY=VALUE with KEY in {sorted(_INJECT_TYPES)} "
-                    f"(got {value!r})"
-                )
-            try:
-                injects[k] = _INJECT_TYPES[k](v)
-            except ValueError as exc:
-                raise SimFlagError(f"argument --sim-inject: bad value for {k}: {v!r}") from exc
-            if k == "hang_at" and v not in _HANG_POINTS:
-                raise SimFlagError(
-                    f"argument --sim-inject: hang_at must be one of {_HANG_POINTS} (got {v!r})"
-                )
-            _check_fault(k, injects[k])
-        elif key == "sglang_version":
-            values["sglang_version"] = value
-        elif key == "scenario":
-            values["scenario"] = value
-        elif key == "seed":
-            try:
-                values["seed"] = int(value)
-            except ValueError as exc:
-                raise SimFlagError(f"argument --sim-seed: invalid int value: {value!r}") from exc
-        elif key == "platform":
-            values["platform"] = value
-        elif key == "noise":
-            try:
-                values["noise_pct"] = float(value)
-            except ValueError as exc:
-                raise SimFlagError(f"argument --sim-noise: invalid float value: {value!r}") from exc
-            if not 0 <= values["noise_pct"] <= 10:
-                raise SimFlagError(f"argument --sim-noise: expected a percentage in [0, 10] (got {value})")
+            k, v = _inject(value)
+            injects[k] = v
         else:
-            raise SimFlagError(f"unrecognized arguments: {name}")
+            values.update(_value(key, name, value))
     for flag in ("ignore_sigterm", "orphan_child", "kv_canary_violation"):
         if flag in injects:
             injects[flag] = bool(injects[flag])

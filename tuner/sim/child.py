@@ -189,35 +189,41 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
             launch.unsupported_error or logfmt.no_kernel_for_device(s.platform),
         )
     if launch.graphs:
-        before = mem.avail_mib
-        for line in logfmt.prefill_capture(launch, before):  # 0.5.17's breakable prefill graphs come first
-            log.info(line)
-        log.info(logfmt.capture_begin(launch, before))
-        if inject.hang_at == "capture":
-            _hang()
-        t0 = time.monotonic()
-        time.sleep(len(launch.captured_bs) * s.perf.capture_s_per_graph)
-        peak = memory.capture_peak_mib(s, plan)
-        if mem.real:
-            mem.set(peak, "capture")
-        elif peak > plan.total_mib:
-            tried = memory.capture_workspace_mib(s, plan.max_captured_bs)
-            mem.set(plan.total_mib - (peak - plan.total_mib) % 512, "capture")
-            _fail(
-                job,
-                "capture",
-                logfmt.capture_failed(
-                    launch.version,
-                    logfmt.cuda_oom(tried, plan.total_mib, mem.avail_mib, s.platform)[
-                        len("torch.OutOfMemoryError: ") :
-                    ],
-                ),
-            )
-        mem.set(plan.idle_used_mib, "capture")
-        log.info(logfmt.capture_end(launch, time.monotonic() - t0, plan.graph_mib, mem.avail_mib))
+        _capture(job, mem)
     elif inject.hang_at == "capture":
         _hang()
     return {"avail_mib": mem.avail_mib}
+
+
+def _capture(job: ChildJob, mem: _Memory) -> None:
+    """CUDA-graph capture: its log lines, its time, and its memory peak (an OOM past the GPU's total)."""
+    s, launch, plan, inject = job.scenario, job.launch, job.plan, job.inject
+    before = mem.avail_mib
+    for line in logfmt.prefill_capture(launch, before):  # 0.5.17's breakable prefill graphs come first
+        log.info(line)
+    log.info(logfmt.capture_begin(launch, before))
+    if inject.hang_at == "capture":
+        _hang()
+    t0 = time.monotonic()
+    time.sleep(len(launch.captured_bs) * s.perf.capture_s_per_graph)
+    peak = memory.capture_peak_mib(s, plan)
+    if mem.real:
+        mem.set(peak, "capture")
+    elif peak > plan.total_mib:
+        tried = memory.capture_workspace_mib(s, plan.max_captured_bs)
+        mem.set(plan.total_mib - (peak - plan.total_mib) % 512, "capture")
+        _fail(
+            job,
+            "capture",
+            logfmt.capture_failed(
+                launch.version,
+                logfmt.cuda_oom(tried, plan.total_mib, mem.avail_mib, s.platform)[
+                    len("torch.OutOfMemoryError: ") :
+                ],
+            ),
+        )
+    mem.set(plan.idle_used_mib, "capture")
+    log.info(logfmt.capture_end(launch, time.monotonic() - t0, plan.graph_mib, mem.avail_mib))
 
 
 def run_child(job: ChildJob, conn: Connection) -> None:

@@ -228,7 +228,6 @@ def _space(
     knobs: dict[str, list[Any]],
     look: Shape,
 ) -> dict[str, Any]:
-    conc, input_len, output_len = look.concurrency, look.input_len, look.output_len
     total = scenario["gpus"]["total_mib"]
     mem = scenario["memory"]
     floor = (scenario["model"]["weights_mib_per_gpu"] + mem["static_reserve_mib"] + mem["min_kv_mib"]) / total
@@ -267,6 +266,15 @@ def _space(
         "sparse_backends": pairs[0],
     }
     baseline.update({name: values[0] for name, values in knobs.items()})
+    return _space_document(rng, seed, scenario, params, baseline, knobs, look)
+
+
+def _space_document(
+    rng: random.Random, seed: int, scenario: dict[str, Any], params: list[dict[str, Any]],
+    baseline: dict[str, Any], knobs: dict[str, list[Any]], look: Shape,
+) -> dict[str, Any]:  # fmt: skip
+    """The space file around its params: fixed flags, gate, benchmark, objectives, budget, constraints."""
+    conc, input_len, output_len = look.concurrency, look.input_len, look.output_len
     fixed: dict[str, Any] = {
         "model-path": f"/models/generated-{seed}",
         "tp-size": scenario["gpus"]["count"],

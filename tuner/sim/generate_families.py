@@ -18,6 +18,7 @@ prompts than clients.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 FAMILIES = ("mixed", "kv-bound", "decode-bound", "slo-bound")
@@ -51,68 +52,73 @@ class Shape:
     p_infeasible_baseline: float
 
 
-def shape(family: str, rng: random.Random) -> Shape:
-    """The shape of one draw of `family`."""
-    if family == "kv-bound":
-        return Shape(
-            family=family,
-            kind="long",
-            input_len=rng.choice((4000, 8000, 12000)),
-            output_len=rng.choice((64, 128, 256)),
-            concurrency=rng.choice((16, 32, 64)),
-            prompts_per_client=rng.choice((1, 2)),
-            weights_share=(0.5, 0.75),
-            backends=(3, 4),
-            mixed_pairs=(1, 2, 3),
-            victims=(1, 2),
-            p_kv=0.6,
-            p_chunk=0.6,
-            p_running=0.3,
-            launch_overhead_ms=(1.5, 8.0),
-            p_role=0.3,
-            slo=False,
-            p_infeasible_baseline=0.35,
-        )
-    if family == "decode-bound":
-        return Shape(
-            family=family,
-            kind="decode",
-            input_len=rng.choice((128, 256, 512)),
-            output_len=rng.choice((256, 384, 512)),
-            concurrency=rng.choice((64, 128, 256)),
-            prompts_per_client=rng.choice((1, 2)),
-            weights_share=(0.35, 0.65),
-            backends=(4, 5, 6),
-            mixed_pairs=(3, 4, 5),
-            victims=(2, 3),
-            p_kv=0.6,
-            p_chunk=0.3,
-            p_running=0.4,
-            launch_overhead_ms=(6.0, 16.0),
-            p_role=0.5,
-            slo=False,
-            p_infeasible_baseline=0.35,
-        )
-    if family == "slo-bound":
-        return Shape(
-            family=family,
-            kind="agentic",
-            input_len=rng.choice((1024, 2048, 4096)),
-            output_len=rng.choice((128, 256)),
-            concurrency=rng.choice((32, 64, 128)),
-            prompts_per_client=rng.choice((2, 3)),
-            weights_share=(0.4, 0.7),
-            backends=(3, 4),
-            mixed_pairs=(1, 2),
-            victims=(1, 2),
-            p_kv=0.4,
-            p_chunk=1.0,
-            p_running=1.0,
-            launch_overhead_ms=(2.0, 10.0),
-            p_role=0.4,
-            slo=True,
-            p_infeasible_baseline=0.35,
-        )
+def _kv_bound(rng: random.Random) -> Shape:
+    return Shape(
+        family="kv-bound",
+        kind="long",
+        input_len=rng.choice((4000, 8000, 12000)),
+        output_len=rng.choice((64, 128, 256)),
+        concurrency=rng.choice((16, 32, 64)),
+        prompts_per_client=rng.choice((1, 2)),
+        weights_share=(0.5, 0.75),
+        backends=(3, 4),
+        mixed_pairs=(1, 2, 3),
+        victims=(1, 2),
+        p_kv=0.6,
+        p_chunk=0.6,
+        p_running=0.3,
+        launch_overhead_ms=(1.5, 8.0),
+        p_role=0.3,
+        slo=False,
+        p_infeasible_baseline=0.35,
+    )
+
+
+def _decode_bound(rng: random.Random) -> Shape:
+    return Shape(
+        family="decode-bound",
+        kind="decode",
+        input_len=rng.choice((128, 256, 512)),
+        output_len=rng.choice((256, 384, 512)),
+        concurrency=rng.choice((64, 128, 256)),
+        prompts_per_client=rng.choice((1, 2)),
+        weights_share=(0.35, 0.65),
+        backends=(4, 5, 6),
+        mixed_pairs=(3, 4, 5),
+        victims=(2, 3),
+        p_kv=0.6,
+        p_chunk=0.3,
+        p_running=0.4,
+        launch_overhead_ms=(6.0, 16.0),
+        p_role=0.5,
+        slo=False,
+        p_infeasible_baseline=0.35,
+    )
+
+
+def _slo_bound(rng: random.Random) -> Shape:
+    return Shape(
+        family="slo-bound",
+        kind="agentic",
+        input_len=rng.choice((1024, 2048, 4096)),
+        output_len=rng.choice((128, 256)),
+        concurrency=rng.choice((32, 64, 128)),
+        prompts_per_client=rng.choice((2, 3)),
+        weights_share=(0.4, 0.7),
+        backends=(3, 4),
+        mixed_pairs=(1, 2),
+        victims=(1, 2),
+        p_kv=0.4,
+        p_chunk=1.0,
+        p_running=1.0,
+        launch_overhead_ms=(2.0, 10.0),
+        p_role=0.4,
+        slo=True,
+        p_infeasible_baseline=0.35,
+    )
+
+
+def _mixed(rng: random.Random) -> Shape:
     kind = rng.choice(("chat", "long", "decode"))
     conc = rng.choice((32, 64, 128, 256))
     return Shape(
@@ -136,3 +142,15 @@ def shape(family: str, rng: random.Random) -> Shape:
         slo=False,
         p_infeasible_baseline=0.25,
     )
+
+
+_FAMILIES: dict[str, Callable[[random.Random], Shape]] = {
+    "kv-bound": _kv_bound,
+    "decode-bound": _decode_bound,
+    "slo-bound": _slo_bound,
+}
+
+
+def shape(family: str, rng: random.Random) -> Shape:
+    """The shape of one draw of `family` (any other name: a mixed draw)."""
+    return _FAMILIES.get(family, _mixed)(rng)

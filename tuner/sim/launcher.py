@@ -28,6 +28,7 @@ from tuner.sim import logfmt, memory, statefiles
 from tuner.sim.child import ChildJob, run_child
 from tuner.sim.engine import Engine, Request
 from tuner.sim.faults import BenchFaults
+from tuner.sim.logsetup import configure_logging
 from tuner.sim.resolve import GRAPH_FREE_BACKENDS, Launch, at_least, graph_free_backend, resolve_launch
 from tuner.sim.routes import make_app
 from tuner.sim.scenario import PLATFORMS, Scenario, load_scenario
@@ -35,33 +36,7 @@ from tuner.sim.state import ServerState
 from tuner.sim.text import answer
 
 log = logging.getLogger(__name__)
-SCHEDULER_LOGGERS = ("tuner.sim.child", "tuner.sim.engine")
 REAL_GPU_LIMIT = 64  # GPU-backed: CUDA_VISIBLE_DEVICES may name any real device below this index
-
-
-class _Formatter(logging.Formatter):
-    """`[time TP0] msg` for scheduler loggers, `[time] msg` for the rest, bare for uvicorn-style lines."""
-
-    def __init__(self, scheduler_prefix: str) -> None:
-        super().__init__()
-        self._prefix = scheduler_prefix
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        if getattr(record, "bare", False):
-            return message
-        prefix = self._prefix if record.name in SCHEDULER_LOGGERS else ""
-        return logfmt.stamp(prefix, record.created) + message
-
-
-def _configure_logging(launch: Launch) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter("TP0" if launch.tp_size > 1 else ""))
-    root = logging.getLogger("tuner.sim")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    root.propagate = False
-    logging.getLogger("aiohttp").setLevel(logging.ERROR)
 
 
 def _kill_tree_and_self(child: BaseProcess | None) -> None:
@@ -118,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         sys.stderr.write(f"tuner.sim: error: {exc}\n")
         return 2
-    _configure_logging(launch)
+    configure_logging(launch)
     plan = memory.plan_memory(
         scenario,
         tp_size=launch.tp_size,
@@ -236,20 +211,7 @@ async def _serve(
     logging.getLogger("tuner.sim.engine").info(
         logfmt.kv_summary(launch, plan.kv_tokens, engine.max_running, scenario.model.context_len, avail_mib)
     )
-    state = ServerState(
-        scenario=scenario,
-        launch=launch,
-        plan=plan,
-        engine=engine,
-        argv=("python", "-m", "tuner.sim", *argv),
-        drift_at=sim.inject.drift_at,
-        kv_canary_violation=sim.inject.kv_canary_violation,
-        faults=BenchFaults(
-            http_error_rate=sim.inject.http_error_rate,
-            bad_usage=sim.inject.bad_usage,
-            freeze_at=sim.inject.freeze_at,
-        ),
-    )
+    state = _state(scenario, launch, plan, engine, sim, argv)
     _handle_signals(state, stop, child, ignore_sigterm=sim.inject.ignore_sigterm)
     engine_task = asyncio.create_task(engine.run())
     runner = await _listen(state, child)
@@ -265,6 +227,40 @@ async def _serve(
         state.status = "Up"
         log.info(logfmt.READY)
     await stop.wait()
+    await _shut_down(state, launch, child, send)
+    watch.cancel()
+    engine.kill()
+    await asyncio.gather(engine_task, return_exceptions=True)
+    await runner.cleanup()
+    return 0
+
+
+def _state(
+    scenario: Scenario, launch: Launch, plan: memory.MemoryPlan, engine: Engine, sim: simargs.SimOptions,
+    argv: list[str],
+) -> ServerState:  # fmt: skip
+    """What the HTTP handlers serve from: the engine, the launch's argv and the injected faults."""
+    return ServerState(
+        scenario=scenario,
+        launch=launch,
+        plan=plan,
+        engine=engine,
+        argv=("python", "-m", "tuner.sim", *argv),
+        drift_at=sim.inject.drift_at,
+        kv_canary_violation=sim.inject.kv_canary_violation,
+        faults=BenchFaults(
+            http_error_rate=sim.inject.http_error_rate,
+            bad_usage=sim.inject.bad_usage,
+            freeze_at=sim.inject.freeze_at,
+        ),
+    )
+
+
+async def _shut_down(
+    state: ServerState, launch: Launch, child: BaseProcess, send: Callable[[tuple[Any, ...]], None]
+) -> None:
+    """After SIGTERM the scheduler drains and exits (0.5.9: then SIGKILL of the launcher itself);
+    after SIGINT the children are killed at once, as each release prints it."""
     if state.status == "Draining":
         send(("exit",))
         await _join(child, 15.0)
@@ -275,11 +271,6 @@ async def _serve(
             for line in logfmt.sigint_shutdown(os.getpid(), child.pid):  # what 0.5.17 prints on an H200
                 log.info(line)
         os.kill(child.pid, signal.SIGKILL)
-    watch.cancel()
-    engine.kill()
-    await asyncio.gather(engine_task, return_exceptions=True)
-    await runner.cleanup()
-    return 0
 
 
 def _handle_signals(

@@ -128,30 +128,7 @@ def predict(scenario: Scenario, launch: Launch, workload: Workload) -> Predictio
     kv, free = plan.kv_tokens, plan.free_mib
     if launch.behaviour == "garbage":
         return Prediction(outcome=Outcome.GARBAGE, kv_tokens=kv, free_mib=free, detail="garbage tokens")
-    watch = _Watch()
-    if not launch.skip_server_warmup:
-        _run_closed(scenario, launch, plan, watch, clients=1, requests=1, prompt=4, output=8)
-    if workload.gate_burst:
-        _run_closed(
-            scenario,
-            launch,
-            plan,
-            watch,
-            clients=1,
-            requests=3,
-            prompt=workload.gate_prompt_tokens,
-            output=workload.gate_output_tokens,
-        )
-        _run_closed(
-            scenario,
-            launch,
-            plan,
-            watch,
-            clients=workload.gate_burst,
-            requests=workload.gate_burst,
-            prompt=workload.gate_prompt_tokens,
-            output=workload.gate_output_tokens,
-        )
+    watch = _before_bench(scenario, launch, plan, workload)
     gate_watch = _Watch(peak_act_mib=watch.peak_act_mib, oom=watch.oom, nan=watch.nan)
     bench = _Watch(peak_act_mib=watch.peak_act_mib)
     records, sched = _run_closed(
@@ -172,6 +149,30 @@ def predict(scenario: Scenario, launch: Launch, workload: Workload) -> Predictio
             return replace(base, outcome=Outcome.OOM_UNDER_LOAD, detail=w.oom)
         if w.nan:
             return replace(base, outcome=Outcome.NAN, detail="NaN in a decode step")
+    return _measured(base, records, sched, bench, workload)
+
+
+def _before_bench(
+    scenario: Scenario, launch: Launch, plan: MemoryPlan, workload: Workload
+) -> _Watch:
+    """The server's own warmup request and the gate (sequential, then its burst), as they load memory."""
+    watch = _Watch()
+    if not launch.skip_server_warmup:
+        _run_closed(scenario, launch, plan, watch, clients=1, requests=1, prompt=4, output=8)
+    if workload.gate_burst:
+        prompt, output, burst = workload.gate_prompt_tokens, workload.gate_output_tokens, workload.gate_burst
+        _run_closed(scenario, launch, plan, watch, clients=1, requests=3, prompt=prompt, output=output)
+        _run_closed(
+            scenario, launch, plan, watch, clients=burst, requests=burst, prompt=prompt, output=output
+        )
+    return watch
+
+
+def _measured(
+    base: Prediction, records: list[tuple[float, float, float]], sched: Scheduler, bench: _Watch,
+    workload: Workload,
+) -> Prediction:  # fmt: skip
+    """The benchmark's figures from its requests' (sent, first token, done) times."""
     duration = max(r[2] for r in records)
     out_tokens = workload.num_prompts * workload.output_len
     ttft = sorted((r[1] - r[0]) * 1000 for r in records)
@@ -257,12 +258,7 @@ def _run_closed(
     Returns (arrival, first token, finish) per request and the scheduler.
     """
     output = max(1, min(output, min(scenario.model.context_len, plan.kv_tokens) - prompt))
-    sched = Scheduler(
-        perf=scenario.perf,
-        launch=launch,
-        capacity_tokens=plan.kv_tokens,
-        max_running=default_max_running(launch, plan.kv_tokens, scenario.model.context_len),
-    )
+    sched = _scheduler(scenario, launch, plan)
     arrivals: list[tuple[float, int]] = []
     times: list[list[float]] = []  # per request, in sending order: (arrival, first token, finish)
     live: dict[int, tuple[Seq, int]] = {}  # id of a running request -> (it, its record): kept alive
@@ -280,12 +276,7 @@ def _run_closed(
         send(due(0.0))
     t = 0.0
     while True:
-        while arrivals and arrivals[0][0] <= t:
-            at, i = heapq.heappop(arrivals)
-            seq = Seq(prompt_tokens=prompt, max_new=output)
-            times.append([at, math.nan, math.nan])
-            live[id(seq)] = (seq, len(times) - 1)  # holding seq: its id is not reused while it runs
-            sched.submit(seq)
+        _admit(arrivals, t, sched, times, live, prompt=prompt, output=output)
         step = sched.plan(max_repeat=1 if arrivals else _FAST)
         if step is None:
             if not arrivals:
@@ -304,6 +295,28 @@ def _run_closed(
                 if sent < requests:
                     send(due(t + CLIENT_GAP_S))
     return [(r[0], r[1], r[2]) for r in times], sched
+
+
+def _scheduler(scenario: Scenario, launch: Launch, plan: MemoryPlan) -> Scheduler:
+    return Scheduler(
+        perf=scenario.perf,
+        launch=launch,
+        capacity_tokens=plan.kv_tokens,
+        max_running=default_max_running(launch, plan.kv_tokens, scenario.model.context_len),
+    )
+
+
+def _admit(
+    arrivals: list[tuple[float, int]], t: float, sched: Scheduler, times: list[list[float]],
+    live: dict[int, tuple[Seq, int]], *, prompt: int, output: int,
+) -> None:  # fmt: skip
+    """Submit every request that has arrived by `t`, each with its record of times."""
+    while arrivals and arrivals[0][0] <= t:
+        at, _ = heapq.heappop(arrivals)
+        seq = Seq(prompt_tokens=prompt, max_new=output)
+        times.append([at, math.nan, math.nan])
+        live[id(seq)] = (seq, len(times) - 1)  # holding seq: its id is not reused while it runs
+        sched.submit(seq)
 
 
 def poisson(rate: float | None, n: int, seed: int) -> list[float] | None:

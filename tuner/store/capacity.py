@@ -1,7 +1,8 @@
-"""Capacity results, stored with the trial they measured: the table `tuner_capacity` (its own table).
+"""Capacity results, stored with the trial they measured: the table `tuner_capacity`.
 
-Created when a capacity run opens the database (the tuner's other tables are left as they are);
-read by `status`, the report and the export, which find no capacity where the table is absent.
+The table is part of the schema (tuner/store/schema.py, since version 3: opening a database of an
+earlier release adds it, keeping a table that a capacity run made the old way); written and read
+only through the ResultStore (save_capacity, capacity): status, the report and the export.
 """
 
 from __future__ import annotations
@@ -14,27 +15,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tuner.errors import StoreError
-from tuner.store.connect import make_engine, mask_url
+from tuner.store.schema import capacity_table
 
-TABLE = "tuner_capacity"
-_META = sa.MetaData()
-capacity_table = sa.Table(
-    TABLE,
-    _META,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("study", sa.String(255), nullable=False, index=True),
-    sa.Column("trial_number", sa.Integer, nullable=True),
-    sa.Column("row_id", sa.Integer, nullable=False),  # the trial's row in tuner_trials
-    sa.Column("config_hash", sa.String(64), nullable=False),
-    sa.Column("knob", sa.String(32), nullable=False),  # request_rate | concurrency
-    sa.Column("slos", sa.Text, nullable=False),  # JSON list of "metric<=bound"
-    sa.Column("capacity", sa.Float, nullable=True),  # None: no load met the SLOs
-    sa.Column("points_json", sa.Text, nullable=False),  # every measurement: load, pass, SLO metrics
-    sa.Column("outcome", sa.String(32), nullable=False),  # ok | the launch's failure class
-    sa.Column("message", sa.Text, nullable=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-)
+TABLE = capacity_table.name
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,52 +107,31 @@ def _limits_from_text(why: str) -> list[str]:
     return out
 
 
-def save(url: str, record: CapacityRecord) -> int:
-    """Store a capacity run (the table is created if absent); returns its id."""
-    engine = make_engine(url)
-    try:
-        _META.create_all(engine, tables=[capacity_table], checkfirst=True)
-        with engine.begin() as conn:
-            result = conn.execute(
-                capacity_table.insert().values(
-                    study=record.study,
-                    trial_number=record.trial_number,
-                    row_id=record.row_id,
-                    config_hash=record.config_hash,
-                    knob=record.knob,
-                    slos=json.dumps(list(record.slos)),
-                    capacity=record.capacity,
-                    points_json=json.dumps(list(record.points)),
-                    outcome=record.outcome,
-                    message=record.message,
-                    created_at=record.created_at or datetime.now(timezone.utc),
-                )
-            )
-            key = result.inserted_primary_key
-            return int(key[0]) if key else 0
-    except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(
-            f"experiments database {mask_url(url)}: cannot store a capacity result: {exc}"
-        ) from exc
-    finally:
-        engine.dispose()
+def insert(conn: sa.Connection, record: CapacityRecord) -> int:
+    """Write a capacity run (SqlStore.save_capacity, inside its transaction); its id."""
+    result = conn.execute(
+        capacity_table.insert().values(
+            study=record.study,
+            trial_number=record.trial_number,
+            row_id=record.row_id,
+            config_hash=record.config_hash,
+            knob=record.knob,
+            slos=json.dumps(list(record.slos)),
+            capacity=record.capacity,
+            points_json=json.dumps(list(record.points)),
+            outcome=record.outcome,
+            message=record.message,
+            created_at=record.created_at or datetime.now(timezone.utc),
+        )
+    )
+    key = result.inserted_primary_key
+    return int(key[0]) if key else 0
 
 
-def load(url: str, study: str) -> tuple[CapacityRecord, ...]:
-    """The capacity runs of a study, oldest first (none where the table does not exist)."""
-    engine = make_engine(url)
-    try:
-        if not sa.inspect(engine).has_table(TABLE):
-            return ()
-        t = capacity_table
-        with engine.connect() as conn:
-            rows = conn.execute(sa.select(t).where(t.c.study == study).order_by(t.c.id)).mappings().all()
-    except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(
-            f"experiments database {mask_url(url)}: cannot read capacity results: {exc}"
-        ) from exc
-    finally:
-        engine.dispose()
+def select(conn: sa.Connection, study: str) -> tuple[CapacityRecord, ...]:
+    """The capacity runs of a study, oldest first (SqlStore.capacity)."""
+    t = capacity_table
+    rows = conn.execute(sa.select(t).where(t.c.study == study).order_by(t.c.id)).mappings().all()
     return tuple(
         CapacityRecord(
             study=r["study"],

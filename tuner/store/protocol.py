@@ -11,6 +11,8 @@ import pandas as pd
 from tuner.config import Verdict
 from tuner.errors import ConfigError
 from tuner.result import TrialResult
+from tuner.store.capacity import CapacityRecord
+from tuner.store.capacity_points import SearchKey, StoredPoint
 from tuner.store.rows import StoredTrial
 
 
@@ -36,7 +38,8 @@ def choose_study(names: Sequence[str], name: str | None, preferred: str | None, 
 
 
 class ResultStore(Protocol):
-    """Trials recorded one row each (with their request records), read back per study."""
+    """Trials recorded one row each (with their request records), read back per study; beside them
+    the capacity runs and their load points."""
 
     url: str
 
@@ -69,6 +72,22 @@ class ResultStore(Protocol):
 
     def resolve_study(self, name: str | None, *, preferred: str | None = None) -> str:
         """The study a command means (ConfigError when it cannot tell)."""
+        ...
+
+    def save_capacity(self, record: CapacityRecord) -> int:
+        """Write one capacity run of a trial's configuration; return its id."""
+        ...
+
+    def capacity(self, study: str) -> tuple[CapacityRecord, ...]:
+        """The capacity runs of a study, oldest first."""
+        ...
+
+    def add_capacity_point(self, key: SearchKey, point: StoredPoint) -> None:
+        """Write one load point of a capacity search, as it is measured."""
+        ...
+
+    def capacity_points(self, key: SearchKey) -> tuple[StoredPoint, ...]:
+        """The load points of one capacity search, in the order they were measured."""
         ...
 
     def close(self) -> None:

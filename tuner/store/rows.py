@@ -8,11 +8,12 @@ from datetime import datetime
 from typing import Any
 
 from tuner.bench.types import BenchResult, LoadPointResult
-from tuner.config import Outcome, Phase, Verdict
+from tuner.config import Outcome, Phase, ServerFacts, TrialConfig, Verdict
 from tuner.gate.checks import GateResult
 from tuner.metrics import BENCH_METRICS, bench_values
 from tuner.result import TrialResult
 from tuner.secrets import redact_argv, redact_env, scrub, secret_values
+from tuner.sglang.structured import restore_config
 from tuner.store.codec import (
     dumps,
     fields_of,
@@ -67,6 +68,17 @@ class StoredTrial:
     hostname: str
     pid: int
     confirm_of: int | None
+
+    def trial_config(self) -> TrialConfig:
+        """The configuration this row measured, decoded from its stored `config` (config_from_dict)."""
+        return config_from_dict(self.config)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> TrialConfig:
+    """The TrialConfig of a stored row's `config` (the JSON of the dataclass), the one decoder of it:
+    every structured knob restores its own fields (tuner.sglang.structured), so a new one is carried
+    without naming it here."""
+    return restore_config(data)
 
 
 def _gate_columns(gate: GateResult | None) -> dict[str, Any]:
@@ -136,12 +148,6 @@ def trial_row(
     pseudo_argv = [part for name, value in flag_pairs for part in (f"--{name}", str(value))]
     secrets = secret_values([*argv, *pseudo_argv], env)
     failure = result.failure
-    server = result.server
-    launch_rest = None
-    if launch is not None:
-        launch_rest = {k: v for k, v in fields_of(launch).items() if k not in ("argv", "env")}
-        if result.effective is not None:  # what SGLang reports it ran, where that is not the request
-            launch_rest.update(effective=to_jsonable(result.effective), effective_key=result.effective_key)
     row: dict[str, Any] = {
         "study": study,
         "trial_number": trial_number,
@@ -153,16 +159,10 @@ def trial_row(
         "config_hash": config_hash,
         "config_json": dumps(result.config),
         "params_json": dumps(params),
-        "argv_json": dumps(redact_argv(argv)) if launch else None,
-        "env_json": dumps(redact_env(env)) if launch else None,
-        "launch_json": None if launch_rest is None else dumps(launch_rest),
+        **_launch_columns(result),
         "sglang_version": result.sglang_version,
         "gpus_json": dumps(result.gpus),
-        "server_json": None if server is None else dumps(server),
-        "startup_s": finite(server.startup_s) if server else None,
-        "kv_tokens": server.kv_tokens if server else None,
-        "kv_tokens_log": server.kv_tokens_log if server else None,
-        "captured_bs_json": dumps(server.captured_bs) if server and server.captured_bs is not None else None,
+        **_server_columns(result.server),
         "min_free_mib_json": None if result.min_free_mib is None else dumps(result.min_free_mib),
         "min_free_mib": min(result.min_free_mib) if result.min_free_mib else None,
         **_gate_columns(result.gate),
@@ -177,6 +177,35 @@ def trial_row(
         "confirm_of": confirm_of,
     }
     return {k: scrub(v, secrets) if isinstance(v, str) else v for k, v in row.items()}
+
+
+def _launch_columns(result: TrialResult) -> dict[str, Any]:
+    """argv, env (redacted) and the rest of the launch, with what SGLang reports it ran where that
+    is not the request."""
+    launch = result.launch
+    if launch is None:
+        return {"argv_json": None, "env_json": None, "launch_json": None}
+    rest = {k: v for k, v in fields_of(launch).items() if k not in ("argv", "env")}
+    if result.effective is not None:
+        rest.update(effective=to_jsonable(result.effective), effective_key=result.effective_key)
+    return {
+        "argv_json": dumps(redact_argv(launch.argv)),
+        "env_json": dumps(redact_env(launch.env)),
+        "launch_json": dumps(rest),
+    }
+
+
+def _server_columns(server: ServerFacts | None) -> dict[str, Any]:
+    """What the ready server reported (none for a launch that never got ready)."""
+    if server is None:
+        return dict.fromkeys(("server_json", "startup_s", "kv_tokens", "kv_tokens_log", "captured_bs_json"))
+    return {
+        "server_json": dumps(server),
+        "startup_s": finite(server.startup_s),
+        "kv_tokens": server.kv_tokens,
+        "kv_tokens_log": server.kv_tokens_log,
+        "captured_bs_json": dumps(server.captured_bs) if server.captured_bs is not None else None,
+    }
 
 
 def request_rows(bench: BenchResult | None) -> Iterator[dict[str, Any]]:

@@ -105,6 +105,43 @@ requests_table = sa.Table(
 )
 
 
+# Capacity results (tuner capacity, the capacity objective, the finalists' capacity): in the schema
+# since version 3; releases before it created them on first use, with these same columns.
+capacity_table = sa.Table(
+    "tuner_capacity",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study", sa.String(255), nullable=False, index=True),
+    sa.Column("trial_number", sa.Integer, nullable=True),
+    sa.Column("row_id", sa.Integer, nullable=False),  # the trial's row in tuner_trials
+    sa.Column("config_hash", sa.String(64), nullable=False),
+    sa.Column("knob", sa.String(32), nullable=False),  # request_rate | concurrency
+    sa.Column("slos", sa.Text, nullable=False),  # JSON list of "metric<=bound"
+    sa.Column("capacity", sa.Float, nullable=True),  # None: no load met the SLOs
+    sa.Column("points_json", sa.Text, nullable=False),  # every measurement: load, pass, SLO metrics
+    sa.Column("outcome", sa.String(32), nullable=False),  # ok | the launch's failure class
+    sa.Column("message", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+capacity_points_table = sa.Table(
+    "tuner_capacity_points",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study", sa.String(255), nullable=False, index=True),
+    sa.Column("config_hash", sa.String(64), nullable=False, index=True),
+    sa.Column("run_key", sa.String(64), nullable=False),  # "first", "repeat-1": one search per launch kind
+    sa.Column("search_key", sa.Text, nullable=False),  # the knob and the SLOs (another objective: its own)
+    sa.Column("load", sa.Float, nullable=False),
+    sa.Column("values_json", sa.Text, nullable=False),  # the run's metrics (SLO metrics, curve)
+    sa.Column("completed", sa.Integer, nullable=False),
+    sa.Column("failed", sa.Integer, nullable=False),
+    sa.Column("died", sa.String(32), nullable=True),  # the server died under this load (its class)
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+CAPACITY_TABLES = (capacity_table, capacity_points_table)
+
+
 def _unique_attempts(conn: sa.Connection) -> None:
     """Version 1 -> 2: renumber attempts that concurrent writers shared, then make them unique."""
     t = trials_table
@@ -116,6 +153,15 @@ def _unique_attempts(conn: sa.Connection) -> None:
         if attempt != number:
             conn.execute(sa.update(t).where(t.c.id == row_id).values(attempt=number))
     next(i for i in t.indexes if i.name == ATTEMPT_UNIQUE).create(conn, checkfirst=True)
+
+
+def _capacity_tables(conn: sa.Connection) -> None:
+    """Version 2 -> 3: the capacity tables join the schema. A database where a capacity run created
+    them the old way keeps them and their rows (same columns); one without them gains them empty."""
+    for table in CAPACITY_TABLES:
+        table.create(conn, checkfirst=True)
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,6 +176,7 @@ class Migration:
 # In order; a new one is appended with the next version and SCHEMA_VERSION follows.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(version=1, summary="attempt numbers unique per configuration", upgrade=_unique_attempts),
+    Migration(version=2, summary="capacity results in the schema", upgrade=_capacity_tables),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version + 1
 assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION)), "migrations out of order"

@@ -24,6 +24,10 @@ from tuner.config import Verdict
 from tuner.errors import ConfigError, StoreError
 from tuner.host import host_name
 from tuner.result import TrialResult
+from tuner.store import capacity as capacity_rows
+from tuner.store import capacity_points as point_rows
+from tuner.store.capacity import CapacityRecord
+from tuner.store.capacity_points import SearchKey, StoredPoint
 from tuner.store.codec import loads
 from tuner.store.connect import BUSY_TIMEOUT_S, make_engine, mask_url
 from tuner.store.preflight import check_database, foreign_tables
@@ -268,6 +272,26 @@ class SqlStore:
     def resolve_study(self, name: str | None, *, preferred: str | None = None) -> str:
         """The study a command means (see `choose_study`)."""
         return choose_study(self.studies(), name, preferred, mask_url(self.url))
+
+    def save_capacity(self, record: CapacityRecord) -> int:
+        """Write one capacity run (tuner_capacity); its id."""
+        with self._guard("store a capacity result"), self._engine.begin() as conn:
+            return capacity_rows.insert(conn, record)
+
+    def capacity(self, study: str) -> tuple[CapacityRecord, ...]:
+        """The capacity runs of a study, oldest first."""
+        with self._guard("read capacity results"), self._engine.connect() as conn:
+            return capacity_rows.select(conn, study)
+
+    def add_capacity_point(self, key: SearchKey, point: StoredPoint) -> None:
+        """Write one measured load point (tuner_capacity_points)."""
+        with self._guard("store a capacity load point"), self._engine.begin() as conn:
+            point_rows.insert(conn, key, point)
+
+    def capacity_points(self, key: SearchKey) -> tuple[StoredPoint, ...]:
+        """The load points of one capacity search, in the order they were measured."""
+        with self._guard("read capacity load points"), self._engine.connect() as conn:
+            return point_rows.select(conn, key)
 
     def close(self) -> None:
         """Release the pooled connections."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.config import OUTCOMES
 from tuner.search.told import concluded
 from tuner.store.rows import StoredTrial
 
@@ -27,6 +28,7 @@ FORBIDDEN_ATTR = "forbidden"
 REUSED_ATTRS = ("dedup_of", "duplicate_running")
 MEMORY_MODEL_RULE = "memory_model"
 NOISY_PREFIX = "noisy"
+MEASURED = frozenset(o.value for o, kind in OUTCOMES.items() if kind.measured)  # as trial attrs hold them
 
 
 class Fate(str, Enum):
@@ -127,7 +129,7 @@ def classify_trial(trial: FrozenTrial | None, row: StoredTrial | None, number: i
             return Ask(number=n, fate=fate, noisy=noisy)
         return Ask(number=n, fate=Fate.FAILED, failure=row.outcome.value)
     outcome = attrs.get("outcome")
-    if outcome in ("ok", "slo_violation"):
+    if outcome in MEASURED:
         fate = Fate.OK if attrs.get("feasible") else Fate.CONSTRAINT_MISSED
         return Ask(number=n, fate=fate, noisy=noisy)
     failure = str(outcome) if outcome else (trial.state.name.lower() if trial is not None else "unrecorded")

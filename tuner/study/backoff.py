@@ -55,9 +55,9 @@ class InfraBackoff:
     def after(self, outcome: Outcome, message: str = "", config: str = "") -> None:
         """Hear one trial's outcome (and its configuration's key); raise InfrastructureError at the
         cap or at an environment error seen on two configurations, else wait as needed."""
-        if outcome is Outcome.ENVIRONMENT:
+        if outcome.kind.environment:
             self._environment(message, config)
-        elif outcome is not Outcome.INFRA_ERROR:
+        elif not outcome.kind.infra:
             self.failures = 0
             return
         self.failures += 1

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import optuna
 
-from tuner.config import Outcome
+from tuner.config import Outcome, TrialConfig
 from tuner.errors import ConfigError, ProfileError
 from tuner.result import TrialResult
-from tuner.session import key_of, prepare_launch, trial_session
+from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.store.factory import open_store
 from tuner.store.protocol import ResultStore, StoreOpener
@@ -78,38 +78,11 @@ def confirm(
             config = config_from_params(space, original.params)
         except ConfigError as exc:
             raise ProfileError(f"trial {number} of study {name!r} does not fit {space.path}: {exc}") from exc
-        ids: list[int] = []
-        outcomes: list[Outcome] = []
-        interrupted = False
         with trial_session(space, study=name) as ctx:
-            for i in range(1, repeats + 1):
-                label = f"confirm-{number if number is not None else original.id:04d}-{i}"
-                prepared = prepare_launch(config, ctx, label=label)
-                chash = key_of(prepared)
-                if chash != original.config_hash:
-                    raise ProfileError(
-                        f"trial {number} of study {name!r}: {space.path} now renders a different launch "
-                        f"(config hash {chash}, recorded {original.config_hash}; expected the same space "
-                        f"file and SGLang version as the study)"
-                    )
-                result = run_trial(config, ctx, label=label, prepared=prepared)
-                if result.outcome is Outcome.INTERRUPTED:
-                    interrupted = True
-                    break
-                _, row_id = record_repeat(
-                    store,
-                    space,
-                    result,
-                    study=name,
-                    params=original.params,
-                    config_hash=chash,
-                    original_id=original.id,
-                )
-                if row_id is not None:
-                    ids.append(row_id)
-                outcomes.append(result.outcome)
-                if on_result is not None:
-                    on_result(i, result)
+            ids, outcomes, interrupted = _repeats(
+                space, ctx, store, config, original, name=name, number=number, repeats=repeats,
+                on_result=on_result,
+            )  # fmt: skip
         if ids and number is not None:
             _amend(db_url, name, store, number)
     return ConfirmRun(
@@ -130,3 +103,41 @@ def _amend(db_url: str, study: str, store: ResultStore, number: int) -> None:
         log.warning("trial %d: the dashboard's values still show its first measurement: %s", number, exc)
         return
     amend_from_store(loaded, store, number)
+
+
+def _repeats(
+    space: SearchSpace, ctx: TrialContext, store: ResultStore, config: TrialConfig, original: StoredTrial,
+    *, name: str, number: int | None, repeats: int, on_result: Callable[[int, TrialResult], None] | None,
+) -> tuple[list[int], list[Outcome], bool]:  # fmt: skip
+    """Launch the same configuration `repeats` times, each recorded beside the original (refused when
+    the space now renders another launch); (row ids, outcomes, interrupted)."""
+    ids: list[int] = []
+    outcomes: list[Outcome] = []
+    for i in range(1, repeats + 1):
+        label = f"confirm-{number if number is not None else original.id:04d}-{i}"
+        prepared = prepare_launch(config, ctx, label=label)
+        chash = key_of(prepared)
+        if chash != original.config_hash:
+            raise ProfileError(
+                f"trial {number} of study {name!r}: {space.path} now renders a different launch "
+                f"(config hash {chash}, recorded {original.config_hash}; expected the same space "
+                f"file and SGLang version as the study)"
+            )
+        result = run_trial(config, ctx, label=label, prepared=prepared)
+        if result.outcome is Outcome.INTERRUPTED:
+            return ids, outcomes, True
+        _, row_id = record_repeat(
+            store,
+            space,
+            result,
+            study=name,
+            params=original.params,
+            config_hash=chash,
+            original_id=original.id,
+        )
+        if row_id is not None:
+            ids.append(row_id)
+        outcomes.append(result.outcome)
+        if on_result is not None:
+            on_result(i, result)
+    return ids, outcomes, False

@@ -13,12 +13,14 @@ and "nothing left" is exact. A larger or continuous space is drawn from at rando
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import TrialConfig
@@ -26,7 +28,10 @@ from tuner.errors import ConfigError
 from tuner.search.told import concluded
 from tuner.space.loader import SearchSpace, config_from_params
 from tuner.space.params import Param, ParamKind, clean_float, condition_holds
-from tuner.space.sampling import forbidden_reason
+from tuner.space.sampling import forbidden_reason, sampler_params
+from tuner.study.learn import sampler_seed
+
+log = logging.getLogger(__name__)
 
 FILL_IN_AFTER = 8  # asks in a row that launched nothing before an untried configuration is enqueued
 ENUMERATE_LIMIT = 50_000  # configurations; a larger space is drawn from at random
@@ -184,3 +189,22 @@ def exhausted(idle: int, left: Left) -> str:
         f"the last {idle} suggestions were all covered by failure rules, the memory model or earlier "
         f"launches, and {left.describe()}: the space has nothing new to launch (see `status` for the rules)"
     )
+
+
+def enqueue_untried(
+    study: optuna.Study, space: SearchSpace, launches: Callable[[TrialConfig], bool], host: str
+) -> Left | None:
+    """Enqueue an untried configuration that `launches` (no rule covers it); None when one was
+    enqueued or an enqueued trial is still to be asked, else what is left of the space (the caller
+    holds the workers' lock)."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state is TrialState.WAITING for t in trials):
+        return None  # an enqueued trial is still to be asked
+    rng = random.Random(sampler_seed(space.sampler.seed, f"{host}|fill-in", len(trials)))
+    params, left = untried(space, asked_configs(space, trials), launches, rng)
+    if params is None:
+        return left
+    study.enqueue_trial(sampler_params(space, params), user_attrs={"fill_in": True})
+    log.info("the sampler keeps suggesting measured configurations: an untried one is next (%s)",
+             left.describe())  # fmt: skip
+    return None

@@ -14,26 +14,24 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import optuna
-from optuna.storages import fail_stale_trials
-from optuna.trial import TrialState
 
-from tuner.config import Outcome
+from tuner.config import Outcome, TrialConfig
 from tuner.errors import StoreLostError, TunerError
-from tuner.host import host_name, pid_alive
+from tuner.host import host_name
 from tuner.interrupts import INTERRUPTS
-from tuner.knobs.registry import knob_role
 from tuner.objectives import is_feasible
 from tuner.result import TrialResult
 from tuner.search.evidence import Evidence
+from tuner.search.policy import Decision
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
 from tuner.space.sampling import sampler_params
@@ -45,11 +43,14 @@ from tuner.study import fill, finalists
 from tuner.study.amend import amend_from_store
 from tuner.study.backoff import InfraBackoff
 from tuner.study.claims import claim_launch
-from tuner.study.durable import PENDING, finish_recorded, store_guard
+from tuner.study.durable import store_guard
 from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
+from tuner.study.finalist_jobs import next_finalist_job, unclaim
 from tuner.study.learn import measured_before, policy_for, sampler_seed, study_evidence
+from tuner.study.reap import reap_dead_workers
 from tuner.study.repeat import record_repeat
 from tuner.study.retry import fail_unrecorded, retry, unrecordable
+from tuner.study.stages import Step, Stop
 from tuner.study.storage import Heartbeat, ask_lock, make_sampler, open_study, record_heartbeat, worker_lock
 from tuner.study.tell import Teller
 from tuner.study.warm import WarmStart
@@ -59,6 +60,17 @@ log = logging.getLogger(__name__)
 
 Execute = Callable[..., TrialResult]  # run_trial's signature: (config, ctx, *, label, prepared=None)
 WAIT = "wait"  # _next: the budget is taken by trials running elsewhere; one may yet need a retry
+
+
+@dataclass(kw_only=True, slots=True)
+class _Loop:
+    """What one run of the loop counts."""
+
+    started: float
+    ran: int = 0
+    idle: int = 0  # jobs in a row that launched nothing
+    waited: bool = False
+    exhausted: str | None = None
 
 
 class StudyRunner:
@@ -125,30 +137,7 @@ class StudyRunner:
                 self.study.set_user_attr("warm_started", f"{self.warm.study} in {self.warm.shown}")
 
     def _reap_dead_workers(self) -> None:
-        """Fail RUNNING trials whose worker on this host is gone, and enqueue a retry of each."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fail_stale_trials(self.study)  # other hosts, after the heartbeat grace period
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            attrs = trial.user_attrs
-            if "host" not in attrs:
-                # Asked but never claimed: ask and claim happen under the workers' lock, which this worker
-                # holds now, so its worker died in between. Nothing ran; without this it would hold the
-                # budget until the heartbeat grace period ends.
-                self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-                continue
-            if attrs.get("host") != self.host:
-                continue
-            pid = attrs.get("pid")
-            if isinstance(pid, int) and (pid == os.getpid() or pid_alive(pid)):
-                continue
-            # reliability: its row was written but its tell was lost: finish the tell
-            if finish_recorded(self.study, self.store, self.name, trial):
-                continue
-            # lost before its tell: a FAIL without a verdict (a pending verdict would read as a result)
-            self.study._storage.set_trial_user_attr(trial._trial_id, PENDING, None)
-            self.study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-            retry(self.study, trial, reason="worker died")
+        reap_dead_workers(self.study, self.store, self.name, self.host)
 
     def _counts(self) -> tuple[int, int]:
         """Launches finished (finalist repeats included) and running, as the budget counts them."""
@@ -161,58 +150,67 @@ class StudyRunner:
         """Ask, run and tell trials until the budget or the time is spent, or a stop is asked."""
         if hooks is not None:
             self.hooks = hooks
-        started = time.monotonic()
-        ran = idle = 0
-        interrupted = waited = False
-        exhausted: str | None = None
-        with store_guard(self.store, self.watch), trial_session(
-            self.space, progress=self.progress, study=self.study.study_name, record_reference=True
-        ) as ctx:
+        loop = _Loop(started=time.monotonic())
+        with (
+            store_guard(self.store, self.watch),
+            trial_session(
+                self.space, progress=self.progress, study=self.study.study_name, record_reference=True
+            ) as ctx,
+        ):
             self._prepare(ctx)
-            while not self.stop_requested.is_set():
-                # reliability: safe point of the loop (a stop asked between trials), store still there
-                self.watch.check()
-                if INTERRUPTS.requested:
-                    interrupted = True
-                    break
-                if self.timeout_s is not None and time.monotonic() - started > self.timeout_s:
-                    log.info("time budget of %.0f s spent", self.timeout_s)
-                    break
-                job = self._next()
-                if job is None:
-                    break
-                if isinstance(job, str):  # WAIT: leave only once those trials are told (or reaped)
-                    if not waited:
-                        log.info("the rest of the budget is running on other workers: waiting for it")
-                    waited = True
-                    self.stop_requested.wait(min(self.space.workers.heartbeat_s, 10.0))
-                    continue
-                if isinstance(job, finalists.FinalistJob):
-                    outcome, launched = self._run_finalist(job, ctx), True
-                else:
-                    outcome, launched = self._run_one(job, ctx)
-                ran += 1
-                idle = 0 if launched else idle + 1
-                self.watch.check()  # never announce a trial the store has lost
-                if outcome is Outcome.INTERRUPTED:
-                    interrupted = True
-                    break
-                self.backoff.after(outcome, self._last_failure, self._last_config)  # infra: pause, cap
-                left = self._fill_in() if idle and idle % fill.FILL_IN_AFTER == 0 else None
-                if left is not None and (left.total is not None or idle >= self.space.search.max_pruned_asks):
-                    exhausted = fill.exhausted(idle, left)
-                    log.warning("%s", exhausted)
-                    break
+            stop = None
+            while stop is None:  # the loop's one exit: a Stop, from a safe point or a step
+                stop = self._stop(loop) or self._step(loop, ctx)
             done, _ = self._counts()
             self.watch.check()
         return RunSummary(
             study_name=self.name,
             completed=done,
             budget=self.budget,
-            interrupted=interrupted or INTERRUPTS.requested,
-            ran=ran,
-            exhausted=exhausted,
+            interrupted=stop is Stop.INTERRUPTED or INTERRUPTS.requested,
+            ran=loop.ran,
+            exhausted=loop.exhausted,
         )
+
+    def _stop(self, loop: _Loop) -> Stop | None:
+        """At a safe point between jobs (the store checked still there): why to stop, if any."""
+        self.watch.check()
+        if self.stop_requested.is_set():
+            return Stop.ASKED
+        if INTERRUPTS.requested:
+            return Stop.INTERRUPTED
+        if self.timeout_s is not None and time.monotonic() - loop.started > self.timeout_s:
+            log.info("time budget of %.0f s spent", self.timeout_s)
+            return Stop.TIME
+        return None
+
+    def _step(self, loop: _Loop, ctx: TrialContext) -> Stop | None:
+        """The next job of the budget, run by its stage (search launch or finalist repeat)."""
+        job = self._next()
+        if job is None:
+            return Stop.BUDGET
+        if isinstance(job, str):  # WAIT: leave only once those trials are told (or reaped)
+            if not loop.waited:
+                log.info("the rest of the budget is running on other workers: waiting for it")
+            loop.waited = True
+            self.stop_requested.wait(min(self.space.workers.heartbeat_s, 10.0))
+            return None
+        if isinstance(job, finalists.FinalistJob):
+            step = self._run_finalist(job, ctx)
+        else:
+            step = self._run_one(job, ctx)
+        loop.ran += 1
+        loop.idle = 0 if step.launched else loop.idle + 1
+        self.watch.check()  # never announce a trial the store has lost
+        if step.outcome is Outcome.INTERRUPTED:
+            return Stop.INTERRUPTED
+        self.backoff.after(step.outcome, self._last_failure, self._last_config)  # infra: pause, cap
+        left = self._fill_in() if loop.idle and loop.idle % fill.FILL_IN_AFTER == 0 else None
+        if left is not None and (left.total is not None or loop.idle >= self.space.search.max_pruned_asks):
+            loop.exhausted = fill.exhausted(loop.idle, left)
+            log.warning("%s", loop.exhausted)
+            return Stop.EXHAUSTED
+        return None
 
     def _next(self) -> optuna.Trial | finalists.FinalistJob | str | None:
         self._ask_started = time.monotonic()
@@ -224,7 +222,9 @@ class StudyRunner:
                     return None
                 if done + running >= self.budget:
                     return WAIT
-                job = self._finalist_job(done, running)
+                job = next_finalist_job(
+                    self.study, self.space, budget=self.budget, done=done, running=running
+                )
                 if job is not None:
                     return job
             asked = len(self.study.get_trials(deepcopy=False))
@@ -247,48 +247,14 @@ class StudyRunner:
         """Enqueue an untried configuration no rule covers (the sampler keeps re-suggesting measured
         ones); None when one was enqueued, else what is left of the space."""
         with INTERRUPTS.deferred(), ask_lock(self.lock):
-            trials = self.study.get_trials(deepcopy=False)
-            if any(t.state is TrialState.WAITING for t in trials):
-                return None  # an enqueued trial is still to be asked
             policy = policy_for(self.space, self._policy_evidence())
-            rng = random.Random(sampler_seed(self.space.sampler.seed, f"{self.host}|fill-in", len(trials)))
-            asked = fill.asked_configs(self.space, trials)
-            params, left = fill.untried(self.space, asked, lambda c: policy.decide(c).launch, rng)
-            if params is None:
-                return left
-            self.study.enqueue_trial(sampler_params(self.space, params), user_attrs={"fill_in": True})
-            log.info("the sampler keeps suggesting measured configurations: an untried one is next (%s)",
-                     left.describe())  # fmt: skip
-            return None
-
-    def _finalist_job(self, done: int, running: int) -> finalists.FinalistJob | None:
-        """With only the finalists' launches left in the budget, the next repeat to run (claimed)."""
-        spec = self.space.search.finalists
-        assert self.budget is not None
-        state: dict[str, int] | None = self.study.user_attrs.get(finalists.STATE_ATTR)
-        if state is None:
-            state = finalists.reserve_state(
-                self.study.get_trials(deepcopy=False), self.space.directions,
-                count=finalists.affordable(spec.count, spec.repeats, self.budget), repeats=spec.repeats,
-                left=self.budget - done - running, margin=spec.margin,
-                twin_params=[p.name for p in self.space.params if knob_role(p.knob) == "fraction"],
-            )  # fmt: skip
-            if state is None:
-                return None
-            self.study.set_user_attr(finalists.STATE_ATTR, state)
-            log.info("finalists (re-measured %d times each): trials %s", spec.repeats, list(state))
-        found = finalists.next_job(self.study.get_trials(deepcopy=False), state, spec.repeats)
-        if found is None:
-            return None
-        job, state = found
-        self.study.set_user_attr(finalists.STATE_ATTR, state)
-        return job
+            return fill.enqueue_untried(self.study, self.space, lambda c: policy.decide(c).launch, self.host)
 
     def _policy_evidence(self) -> list[Evidence]:
         return [*self.warm_evidence, *study_evidence(self.space, self.study.get_trials(deepcopy=False))]
 
-    def _run_one(self, trial: optuna.Trial, ctx: TrialContext) -> tuple[Outcome, bool]:
-        """Suggest, screen and (if nothing proves it bad) launch one trial; (outcome, launched)."""
+    def _run_one(self, trial: optuna.Trial, ctx: TrialContext) -> Step:
+        """The search-launch stage: suggest, screen and (if nothing proves it bad) launch one trial."""
         t0 = time.monotonic()
         label = f"trial-{trial.number:04d}"
         with Heartbeat(self.study, trial):
@@ -297,49 +263,20 @@ class StudyRunner:
             prepared = prepare_launch(config, ctx, label=label)
             chash = key_of(prepared)
             with INTERRUPTS.deferred():
-                forbidden = forbidden_reason(self.space, params)
-                policy = policy_for(self.space, self._policy_evidence())
-                decision = policy.decide(config)
-                if forbidden is not None:
-                    decision = replace(
-                        decision, launch=False, reason=f"forbidden: {forbidden}", outcome=Outcome.BAD_FLAG
-                    )
-                    trial.set_user_attr("cfg_hash", chash)
-                    version = ctx.engine.sglang_version
-                    verdict = self.teller.pruned(
-                        trial, config, params, chash, decision, version, forbidden=True
-                    )
-                    self._announce(
-                        trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0
-                    )
-                    return Outcome.PRUNED, False
-                if not decision.launch:
-                    trial.set_user_attr("cfg_hash", chash)
-                    verdict = self.teller.pruned(
-                        trial, config, params, chash, decision, ctx.engine.sglang_version
-                    )
-                    self._announce(
-                        trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0
-                    )
-                    return Outcome.PRUNED, False
+                decision = self._screen(trial, config, params, chash, ctx.engine.sglang_version, t0)
+            if decision is None:
+                return Step(outcome=Outcome.PRUNED, launched=False)
             # claim the launch key under the workers' lock (sets cfg_hash): waits while a live twin runs it
             claim_launch(
                 self.study, trial, chash, lock=self.lock, stop=lambda: INTERRUPTS.requested,
                 sleep=INTERRUPTS.nap,
             )  # fmt: skip
             with INTERRUPTS.deferred():
-                reused = measured_before(self.study.get_trials(deepcopy=False), chash, exclude=trial.number)
+                reused = self._reuse(trial, chash, t0)
                 if reused is not None:
-                    self.teller.reused(trial, reused)
-                    outcome = Outcome(reused.user_attrs.get("outcome", "ok"))
-                    message = f"same launch as trial {reused.number}: result reused"
-                    feasible = is_feasible(reused.constraints)
-                    values = tuple(reused.values or ())  # a failed launch has none
-                    self._announce(trial.number, outcome, values, feasible, reused.number, message, t0)
-                    return outcome, False
-                p = decision.prediction
-                trial.set_user_attr("pred_kv_tokens", p.kv_tokens)
-                trial.set_user_attr("pred_min_free_mib", p.min_free_mib)
+                    return Step(outcome=reused, launched=False)
+                trial.set_user_attr("pred_kv_tokens", decision.prediction.kv_tokens)
+                trial.set_user_attr("pred_min_free_mib", decision.prediction.min_free_mib)
             phase_ctx = with_phase_hook(ctx, trial.number, self.hooks)
             try:
                 result = self.execute(config, phase_ctx, label=label, prepared=prepared)
@@ -348,25 +285,65 @@ class StudyRunner:
                 fail_unrecorded(self.study, trial, f"{type(exc).__name__}: {exc}", again=machine)
                 raise
         with INTERRUPTS.deferred():
-            try:
-                verdict = self.teller.launched(trial, result, params, chash)
-            except StoreLostError:
-                raise
-            except Exception as exc:
-                unrecordable(self.study, trial, exc)
-            if verdict.retryable:
-                frozen = self.study.get_trials(deepcopy=False)[trial.number]
-                retry(self.study, frozen, reason=result.outcome.value)
-            message = result.failure.message if result.failure else verdict.message
-            message = "; ".join(m for m in (message, *result.warnings) if m)  # noisy trials say so
-            self._last_failure = result.failure.message if result.failure else ""
-            self._last_config = chash
-            values = () if verdict.retryable else verdict.values
-            self._announce(trial.number, verdict.outcome, values, verdict.feasible, None, message, t0, result)
-        return verdict.outcome, True
+            return Step(outcome=self._tell_launched(trial, result, params, chash, t0), launched=True)
 
-    def _run_finalist(self, job: finalists.FinalistJob, ctx: TrialContext) -> Outcome:
-        """Launch a finalist again and record the repeat beside its original row."""
+    def _screen(
+        self, trial: optuna.Trial, config: TrialConfig, params: dict[str, Any], chash: str, version: str,
+        t0: float,
+    ) -> Decision | None:  # fmt: skip
+        """The policy's decision to launch; None when the ask is pruned (forbidden, or proven bad by a
+        failure rule or the memory model): told infeasible and announced, nothing launched."""
+        forbidden = forbidden_reason(self.space, params)
+        decision = policy_for(self.space, self._policy_evidence()).decide(config)
+        if forbidden is not None:
+            decision = replace(
+                decision, launch=False, reason=f"forbidden: {forbidden}", outcome=Outcome.BAD_FLAG
+            )
+        if decision.launch:
+            return decision
+        trial.set_user_attr("cfg_hash", chash)
+        verdict = self.teller.pruned(
+            trial, config, params, chash, decision, version, forbidden=forbidden is not None
+        )
+        self._announce(trial.number, Outcome.PRUNED, verdict.values, False, None, decision.reason, t0)
+        return None
+
+    def _reuse(self, trial: optuna.Trial, chash: str, t0: float) -> Outcome | None:
+        """The outcome of the same launch measured before (its result told again), else None."""
+        reused = measured_before(self.study.get_trials(deepcopy=False), chash, exclude=trial.number)
+        if reused is None:
+            return None
+        self.teller.reused(trial, reused)
+        outcome = Outcome(reused.user_attrs.get("outcome", "ok"))
+        message = f"same launch as trial {reused.number}: result reused"
+        feasible = is_feasible(reused.constraints)
+        values = tuple(reused.values or ())  # a failed launch has none
+        self._announce(trial.number, outcome, values, feasible, reused.number, message, t0)
+        return outcome
+
+    def _tell_launched(
+        self, trial: optuna.Trial, result: TrialResult, params: dict[str, Any], chash: str, t0: float
+    ) -> Outcome:
+        """Record and tell a launched trial (a retryable outcome is asked again), and announce it."""
+        try:
+            verdict = self.teller.launched(trial, result, params, chash)
+        except StoreLostError:
+            raise
+        except Exception as exc:
+            unrecordable(self.study, trial, exc)
+        if verdict.retryable:
+            frozen = self.study.get_trials(deepcopy=False)[trial.number]
+            retry(self.study, frozen, reason=result.outcome.value)
+        message = result.failure.message if result.failure else verdict.message
+        message = "; ".join(m for m in (message, *result.warnings) if m)  # noisy trials say so
+        self._last_failure = result.failure.message if result.failure else ""
+        self._last_config = chash
+        values = () if verdict.retryable else verdict.values
+        self._announce(trial.number, verdict.outcome, values, verdict.feasible, None, message, t0, result)
+        return verdict.outcome
+
+    def _run_finalist(self, job: finalists.FinalistJob, ctx: TrialContext) -> Step:
+        """The finalist stage: launch a finalist again and record the repeat beside its original row."""
         t0 = time.monotonic()
         number = job.trial.number
         config = config_from_params(self.space, job.trial.params)
@@ -391,7 +368,7 @@ class StudyRunner:
                 original_id=original.id if original is not None else None,
             )
             if verdict.retryable:
-                self._unclaim(number)
+                unclaim(self.study, self.lock, number)
             else:  # the dashboard shows the median of its measurements, as every view does
                 amend_from_store(self.study, self.store, number)
             message = f"finalist trial {number}, repeat {job.repeat}: " + (
@@ -400,15 +377,7 @@ class StudyRunner:
             self._announce(
                 number, verdict.outcome, verdict.values, verdict.feasible, None, message, t0, result
             )
-        return verdict.outcome
-
-    def _unclaim(self, number: int) -> None:
-        with ask_lock(self.lock):
-            state = dict(self.study.user_attrs.get(finalists.STATE_ATTR) or {})
-            key = str(number)
-            if state.get(key, 0) > 0:
-                state[key] -= 1
-                self.study.set_user_attr(finalists.STATE_ATTR, state)
+        return Step(outcome=verdict.outcome, launched=True)
 
     def _announce(
         self,
