@@ -37,6 +37,7 @@ def _space(tmp: Path) -> Path:
     return path
 
 
+@pytest.mark.chaos  # two workers, then a whole capacity search (1-3 min): run with the storms (make chaos)
 @pytest.mark.timeout(600)
 def test_parallel_workers_then_the_finalists_capacity(tmp_path: Path) -> None:
     db = tmp_path / "exp.db"
