@@ -18,7 +18,7 @@ from tuner.bench.goodput import point_goodput
 from tuner.config import Outcome, Verdict
 from tuner.metrics import Direction, trial_values
 from tuner.result import TrialResult
-from tuner.space.sections import Objective, Slo
+from tuner.space.goals import Objective, Slo
 
 FAILURE_CONSTRAINT = "failure"
 PESSIMISTIC_LATENCY_MS = 600_000.0

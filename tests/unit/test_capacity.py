@@ -7,7 +7,7 @@ import random
 import pytest
 
 from tuner.capacity.search import Knob, Measurement, Search, SearchPlan, judge_point
-from tuner.space.sections import Slo
+from tuner.space.goals import Slo
 
 TTFT = Slo.model_validate("ttft_p99_ms<=2000")
 

@@ -15,8 +15,8 @@ from tuner.capacity.objective import curve_points, kv_bound, little_jump, plan_f
 from tuner.capacity.search import Knob, Measurement, Search, SearchPlan
 from tuner.errors import ConfigError
 from tuner.metrics import trial_values
+from tuner.space.goals import CapacitySpec, Slo
 from tuner.space.loader import load_space
-from tuner.space.sections import CapacitySpec, Slo
 from tuner.store.capacity import CapacityRecord, bind_rows
 
 ROOT = Path(__file__).resolve().parents[2]

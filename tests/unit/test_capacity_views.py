@@ -7,7 +7,7 @@ from dataclasses import asdict
 from tuner.capacity.search import Knob, Measurement, Search, SearchPlan, judge_point
 from tuner.report.capacity_plot import capacity_plot, curve_of
 from tuner.report.detail import capacity_frame
-from tuner.space.sections import Slo
+from tuner.space.goals import Slo
 from tuner.store.capacity import CapacityRecord
 
 TTFT = Slo.model_validate("ttft_p99_ms<=2000")

@@ -18,7 +18,7 @@ from tuner.objectives import judge, latency_bounds
 from tuner.report.export import build_profile, select
 from tuner.report.frame import trials_frame
 from tuner.report.goodput import Goodput, goodput_bounds, goodput_of, objective_duration
-from tuner.space.sections import Objective, Slo
+from tuner.space.goals import Objective, Slo
 
 
 def _records() -> pd.DataFrame:

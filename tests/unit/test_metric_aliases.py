@@ -13,7 +13,7 @@ from tuner.bench.settings import BenchSettings, LoadPoint
 from tuner.bench.types import LoadPointResult
 from tuner.errors import ConfigError
 from tuner.metrics import ALIASES, METRICS, bench_values, canonical
-from tuner.space.sections import Objective, Slo
+from tuner.space.goals import Objective, Slo
 
 # sglang.bench_serving 0.5.23's result keys, in its order (benchmark/serving.py, the `result` dict).
 SGLANG_KEYS = [

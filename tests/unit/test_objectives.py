@@ -11,7 +11,7 @@ from tuner.config import Failure, Outcome, Phase, ServerFacts, TrialConfig
 from tuner.metrics import trial_values
 from tuner.objectives import FAILURE_CONSTRAINT, judge
 from tuner.result import TrialResult
-from tuner.space.sections import Objective, Slo
+from tuner.space.goals import Objective, Slo
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

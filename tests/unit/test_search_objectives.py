@@ -9,8 +9,8 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from tuner.space.goals import Objective
 from tuner.space.loader import load_space
-from tuner.space.sections import Objective
 from tuner.study.finalists import pick_finalists
 from tuner.study.warm import ordered
 

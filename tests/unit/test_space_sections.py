@@ -12,7 +12,8 @@ import tuner.space
 from tuner.bench.settings import BenchSettings, LoadPoint, RequestTimeouts, Workload, WorkloadKind
 from tuner.config import LaunchTimeouts
 from tuner.gate.settings import DEFAULT_PROMPTS, GatePrompt, GateSettings
-from tuner.space.sections import Budget, EngineSpec, Objective, SamplerSpec, Slo, SpaceFile
+from tuner.space.goals import Objective, Slo
+from tuner.space.sections import Budget, EngineSpec, SamplerSpec, SpaceFile
 from tuner.store.codec import to_jsonable
 
 ROOT = Path(__file__).resolve().parents[2]

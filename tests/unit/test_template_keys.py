@@ -9,7 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from tuner.space.sections import Slo, SpaceFile
+from tuner.space.goals import Slo
+from tuner.space.sections import SpaceFile
 
 TEMPLATE = (Path(__file__).resolve().parents[2] / "search_spaces" / "template.yaml").read_text()
 WRITTEN_AS_TEXT = {Slo}  # "metric <= bound" in a space file: its fields are no keys

@@ -32,8 +32,8 @@ from tuner.config import Failure, Outcome, TrialConfig
 from tuner.result import TrialResult
 from tuner.session import TrialContext, key_of, prepare_launch
 from tuner.sglang.server_info import _kv_tokens, server_info
+from tuner.space.goals import CapacitySpec
 from tuner.space.loader import SearchSpace
-from tuner.space.sections import CapacitySpec
 from tuner.store import capacity_points as stored
 from tuner.store.capacity import CapacityRecord
 from tuner.store.factory import open_store

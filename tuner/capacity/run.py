@@ -28,8 +28,8 @@ from tuner.metrics import bench_values
 from tuner.report.export import select
 from tuner.report.frame import StudyData, load_study_data, measurements
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
+from tuner.space.goals import Slo
 from tuner.space.loader import SearchSpace, config_from_params
-from tuner.space.sections import Slo
 from tuner.store.capacity import CapacityRecord
 from tuner.store.factory import open_store
 from tuner.store.protocol import StoreOpener

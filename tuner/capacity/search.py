@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tuner.space.sections import Slo
+from tuner.space.goals import Slo
 
 
 class Knob(str, Enum):

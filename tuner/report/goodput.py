@@ -20,7 +20,7 @@ import pandas as pd
 
 from tuner.bench.goodput import count_good
 from tuner.objectives import latency_bounds
-from tuner.space.sections import Slo
+from tuner.space.goals import Slo
 
 __all__ = ["Goodput", "goodput_bounds", "goodput_of", "objective_duration", "with_latencies"]
 

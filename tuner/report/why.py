@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from tuner.config import Outcome
 from tuner.metrics import METRICS
-from tuner.space.sections import Slo
+from tuner.space.goals import Slo
 from tuner.store.rows import StoredTrial
 
 __all__ = ["missed_constraints", "reason", "slos_of", "tuner_died"]

@@ -24,6 +24,7 @@ from tuner.secrets import REDACTED, is_secret_env, is_secret_name, redact_value
 from tuner.sglang.knobs import flag_context
 from tuner.space.build import Forbidden, parse_baselines, parse_forbidden, parse_params
 from tuner.space.fixed import parse_env, parse_fixed_flags
+from tuner.space.goals import Objective, Slo
 from tuner.space.params import Condition, Param, ParamKind, Target
 from tuner.space.sampling import (
     config_from_params,
@@ -32,16 +33,7 @@ from tuner.space.sampling import (
     parse_set_overrides,
     suggest,
 )
-from tuner.space.sections import (
-    Budget,
-    EngineSpec,
-    Objective,
-    SamplerSpec,
-    SearchSettings,
-    Slo,
-    SpaceFile,
-    WorkerSettings,
-)
+from tuner.space.sections import Budget, EngineSpec, SamplerSpec, SearchSettings, SpaceFile, WorkerSettings
 from tuner.space.source import Section, read_source
 from tuner.space.validation import read_settings
 

@@ -29,8 +29,9 @@ from tuner.errors import ConfigError, StoreError
 from tuner.names import one_line
 from tuner.private import private_dir
 from tuner.search.sampler import StructuredSampler
+from tuner.space.goals import Objective
 from tuner.space.loader import SearchSpace
-from tuner.space.sections import Objective, WorkerSettings
+from tuner.space.sections import WorkerSettings
 from tuner.store.connect import mask_url, optuna_storage_kwargs, ping_idle_connections
 from tuner.store.lock import AdvisoryLock, supports_advisory_lock
 from tuner.study.learn import policy_for, study_evidence

@@ -27,8 +27,8 @@ from tuner.private import make_private, private_dir
 from tuner.result import TrialResult
 from tuner.search.policy import Decision
 from tuner.search.told import verdict_state
+from tuner.space.goals import Objective
 from tuner.space.loader import SearchSpace
-from tuner.space.sections import Objective
 from tuner.store.protocol import ResultStore
 from tuner.study.asks import Fate
 from tuner.study.durable import mark_pending
