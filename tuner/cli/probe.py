@@ -46,7 +46,18 @@ _WORKLOAD_FLAGS = (
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add bench and gate to the command line."""
+    """Add bench, gate and reference to the command line."""
+    _register_bench(sub)
+    _register_gate(sub)
+    ref = sub.add_parser("reference", help="write a reference file from a recorded trial's greedy outputs")
+    ref.add_argument("--db", type=database_arg, default=None)
+    ref.add_argument("--study", default=None)
+    ref.add_argument("--trial", type=bounded_int(0, 1_000_000), required=True, metavar="N")
+    ref.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
+    ref.set_defaults(handler=cmd_reference)
+
+
+def _register_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     bench = sub.add_parser(
         "bench", help="run the benchmark stage against a running server (no launch); bench_serving figures"
     )
@@ -89,6 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     group.add_argument("--settle", type=float, default=None, help="pause before the measured window (1 s)")
     bench.set_defaults(handler=cmd_bench)
 
+
+def _register_gate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     gate = sub.add_parser("gate", help="run the correctness / NaN gate against a running server (no launch)")
     gate.add_argument("--url", required=True, type=server_url, help="the server, e.g. http://127.0.0.1:30000")
     gate.add_argument("--space", type=Path, default=None, help="take the gate settings from here")
@@ -104,13 +117,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     gate.add_argument("--json", action="store_true", help="print the whole result as JSON (as `trial`)")
     _add_api_key(gate)
     gate.set_defaults(handler=cmd_gate)
-
-    ref = sub.add_parser("reference", help="write a reference file from a recorded trial's greedy outputs")
-    ref.add_argument("--db", type=database_arg, default=None)
-    ref.add_argument("--study", default=None)
-    ref.add_argument("--trial", type=bounded_int(0, 1_000_000), required=True, metavar="N")
-    ref.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
-    ref.set_defaults(handler=cmd_reference)
 
 
 def _add_api_key(parser: argparse.ArgumentParser) -> None:
