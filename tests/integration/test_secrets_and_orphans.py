@@ -28,6 +28,7 @@ HF_TOKEN = "hf_SECRET456abc"
 
 
 
+@pytest.mark.timeout(900)  # a trial and five CLI commands, each a subprocess: slow only when busy
 def test_secrets_are_redacted_in_every_file_and_run_files_are_owner_only(tmp_path: Path) -> None:
     text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()
     space = tmp_path / "space.yaml"
@@ -51,7 +52,7 @@ def test_secrets_are_redacted_in_every_file_and_run_files_are_owner_only(tmp_pat
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         env={**os.environ, "HF": HF_TOKEN},
     )
     assert env_run.returncode == 0, env_run.stderr
