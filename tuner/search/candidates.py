@@ -43,6 +43,7 @@ class Block:
     cat: tuple[int, ...]
     num: tuple[int, ...]
     role: str = "other"  # what the knob is physically (ROLES): which failure mechanisms it takes part in
+    product: bool = False  # alike only when alike in every feature (an interaction), not on average
 
 
 # A knob's physical role: the memory fraction, CUDA graphs, the attention backends, the KV dtype, the
