@@ -48,13 +48,13 @@ def test_a_tweak_reads_a_bool_and_a_tuple_as_the_constant_it_sets() -> None:
 
     from tuner.search import feasible, surrogate
 
-    undo = _tweak([("feasible.MONOTONE", "false"), ("surrogate.LENGTHS", "(0.2, 0.9)")])
+    undo = _tweak([("feasible.SPLIT_ROLES", "false"), ("surrogate.LENGTHS", "(0.2, 0.9)")])
     try:
-        assert feasible.MONOTONE is False  # bool("false") would be True
+        assert feasible.SPLIT_ROLES is False  # bool("false") would be True
         assert surrogate.LENGTHS == (0.2, 0.9)
     finally:
         for mod, name, old in undo:
             setattr(mod, name, old)
-    assert feasible.MONOTONE is True and surrogate.LENGTHS != (0.2, 0.9)
+    assert feasible.SPLIT_ROLES is True and surrogate.LENGTHS != (0.2, 0.9)
     with pytest.raises(SystemExit, match="not a bool"):
-        _tweak([("feasible.MONOTONE", "maybe")])
+        _tweak([("feasible.SPLIT_ROLES", "maybe")])
