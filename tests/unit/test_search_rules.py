@@ -187,6 +187,16 @@ def test_an_unsupported_pair_of_one_backend_is_blamed_on_the_role_not_proven_to_
     assert not covered((rule,), config(pair=("fa3", "x")))
 
 
+def test_an_unsupported_launch_that_came_up_proves_neither_half_runs() -> None:
+    works = ev(0, config(pair=("trtllm", "trtllm")), Outcome.OK)
+    under_load = ev(1, config(pair=("fa3", "trtllm")), Outcome.UNSUPPORTED, stage="serving")
+    assert under_load.got_ready
+    rules = derive_rules([works, under_load, ev(2, config(pair=("fa3", "fa3")), Outcome.UNSUPPORTED)])
+    blamed = {(r.backend, r.role) for r in rules if r.kind is RuleKind.BACKEND}
+    assert blamed == {("fa3", "prefill")}  # not fa3 as decode of fa3/fa3: its prefill never ran
+    assert any(r.kind is RuleKind.PAIR_UNSUPPORTED and r.pair == ("fa3", "fa3") for r in rules)
+
+
 def test_without_evidence_about_either_half_the_rule_stays_on_the_pair() -> None:
     (rule,) = derive_rules([ev(0, config(pair=("a", "b")), Outcome.UNSUPPORTED)])
     assert rule.kind is RuleKind.PAIR_UNSUPPORTED

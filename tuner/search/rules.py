@@ -316,7 +316,9 @@ def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
     if rule.kind is not RuleKind.PAIR_UNSUPPORTED or rule.pair is None:
         return rule
     prefill, decode = rule.pair
-    runs = [e for e in evidence if e.got_ready]
+    # a launch that came up and then failed as unsupported (a kernel missing under load) proves
+    # neither of its halves runs
+    runs = [e for e in evidence if e.got_ready and e.outcome not in _UNSUPPORTED]
     good_prefill = prefill is not None and any(e.knobs.prefill == prefill for e in runs)
     good_decode = decode is not None and any(e.knobs.decode == decode for e in runs)
     if good_prefill and not good_decode and decode is not None:
