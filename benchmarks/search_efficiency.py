@@ -35,6 +35,7 @@ and the worst run's pick.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import multiprocessing
 import random
@@ -155,8 +156,20 @@ def _tweak(settings: Sequence[tuple[str, str]]) -> list[tuple[object, str, objec
         mod = importlib.import_module(f"tuner.search.{module}")
         old = getattr(mod, name)
         undo.append((mod, name, old))
-        setattr(mod, name, type(old)(value))
+        setattr(mod, name, _value_like(old, value))
     return undo
+
+
+def _value_like(old: object, text: str) -> object:
+    """A --tweak value read as the constant's type: a bool from true/false (or 1/0), a tuple from its
+    Python literal, a number or string as written."""
+    if isinstance(old, bool):
+        if text.strip().lower() not in ("true", "false", "1", "0"):
+            raise SystemExit(f"--tweak: {text!r} is not a bool (true or false)")
+        return text.strip().lower() in ("true", "1")
+    if isinstance(old, (tuple, list)):
+        return type(old)(ast.literal_eval(text))
+    return type(old)(text)
 
 
 def run_one(job: tuple[str, str, int, int]) -> Score:

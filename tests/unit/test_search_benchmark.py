@@ -41,3 +41,20 @@ def test_the_tuner_never_launches_into_a_region_an_earlier_failure_proved_bad(sm
 def test_every_other_strategy_spends_exactly_its_budget(sm120: World, strategy: str) -> None:
     s = score(sm120, STRATEGIES[strategy](sm120, 1, BUDGET), 1)
     assert s.launches == BUDGET and 0 <= s.wasted <= BUDGET and 0.0 <= s.hv <= 1.0 + 1e-9
+
+
+def test_a_tweak_reads_a_bool_and_a_tuple_as_the_constant_it_sets() -> None:
+    from search_efficiency import _tweak
+
+    from tuner.search import feasible, surrogate
+
+    undo = _tweak([("feasible.SPLIT_ROLES", "false"), ("surrogate.LENGTHS", "(0.2, 0.9)")])
+    try:
+        assert feasible.SPLIT_ROLES is False  # bool("false") would be True
+        assert surrogate.LENGTHS == (0.2, 0.9)
+    finally:
+        for mod, name, old in undo:
+            setattr(mod, name, old)
+    assert feasible.SPLIT_ROLES is True and surrogate.LENGTHS != (0.2, 0.9)
+    with pytest.raises(SystemExit, match="not a bool"):
+        _tweak([("feasible.SPLIT_ROLES", "maybe")])

@@ -10,6 +10,7 @@ import numpy as np
 import optuna
 import pytest
 
+from tuner.search import feasible
 from tuner.search.acquire import log_ehvi, log_expected_excess, log_norm_cdf, log_scores
 from tuner.search.candidates import Block
 from tuner.search.feasible import Mechanism, Outcome, log_p_feasible, mechanism_of
@@ -204,7 +205,8 @@ def test_the_sampler_reads_the_objectives_the_study_declares(
 
 
 def test_failures_are_attributed_to_the_mechanism_their_log_names() -> None:
-    assert mechanism_of("oom") is mechanism_of("not_enough_memory") is Mechanism.MEMORY
+    assert mechanism_of("oom") is mechanism_of("capture_failed") is Mechanism.MEMORY
+    assert mechanism_of("not_enough_memory") is Mechanism.KV_POOL  # the opposite end of the fraction
     assert (
         mechanism_of("nan") is mechanism_of("garbage") is mechanism_of("wrong_answer") is Mechanism.NUMERICS
     )
@@ -235,3 +237,121 @@ def test_numerical_failures_of_two_pairs_sharing_a_prefill_backend_are_blamed_on
     p = np.exp(log_p_feasible(feats, blocks, seen, feats))
     assert p[at[(2, 2)]] > p[at[(1, 0)]]  # decode 2 was in a failing pair, but prefill 1 was in both
     assert p[at[(3, 3)]] > p[at[(1, 1)]]
+
+
+def _fraction_graphs_chunk() -> tuple[tuple[Block, ...], Features, list[tuple[int, int, int]]]:
+    """fraction (9) x graphs (off + 3 sizes) x chunk (3 sizes)"""
+    blocks = (
+        Block(name="mem-fraction-static", cat=(), num=(0,), role="fraction"),
+        Block(name="cuda_graph", cat=(0, 1), num=(1,), role="graphs"),
+        Block(name="chunked-prefill-size", cat=(2,), num=(2,), role="chunk"),
+    )
+    grid = [(f, g, c) for f in range(9) for g in range(4) for c in range(3)]
+    feats = Features(
+        cat=np.asarray([(g, int(g > 0), c) for _, g, c in grid], dtype=np.int64),
+        num=np.asarray([(f / 8, 0.0 if g == 0 else 0.25 + 0.25 * g, c / 2) for f, g, c in grid]),
+    )
+    return blocks, feats, grid
+
+
+@pytest.fixture
+def monotone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feasible, "MONOTONE", True)
+
+
+def test_too_small_a_kv_pool_says_nothing_about_graphs_or_the_chunk() -> None:
+    blocks, feats, grid = _fraction_graphs_chunk()
+    at = grid.index
+    ran = [Outcome(index=at((6, 1, 0)), failed=None)]
+    small = [
+        *ran,
+        Outcome(index=at((2, 3, 2)), failed=Mechanism.KV_POOL),
+    ]  # not enough memory for the KV cache
+    before = np.exp(log_p_feasible(feats, blocks, ran, feats))
+    after = np.exp(log_p_feasible(feats, blocks, small, feats))
+    drop = after / before
+    assert drop[at((2, 3, 2))] == pytest.approx(drop[at((2, 0, 0))], rel=1e-6)  # same fraction, any graphs
+    assert drop[at((2, 0, 0))] < 0.7 * drop[at((7, 0, 0))]  # the fraction carries it
+
+
+def test_an_oom_proves_failure_for_every_point_needing_more_memory_and_a_pass_for_less(
+    monotone: None,
+) -> None:
+    blocks, feats, grid = _fraction_graphs_chunk()
+    at = grid.index
+    seen = [
+        Outcome(index=at((3, 1, 0)), failed=None),
+        Outcome(index=at((5, 2, 1)), failed=Mechanism.MEMORY),  # OOM at fraction 5, graphs 2, chunk 1
+    ]
+    p = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    # more memory along the fraction and the chunk, however far: as doomed as the failure
+    for more in ((8, 2, 2), (5, 2, 2), (8, 2, 1), (7, 2, 1)):
+        assert p[at(more)] <= 0.05 < p[at((3, 1, 0))], more
+    # monotone: along the fraction and the chunk, P(pass) never rises with the demand (from fraction 3
+    # up, where the pass proves the KV pool large enough)
+    for f, g, c in grid:
+        for more in ((f + 1, g, c), (f, g, c + 1)):
+            if more in grid and f >= 3:
+                assert p[at(more)] <= p[at((f, g, c))] + 1e-9, ((f, g, c), more)
+    # a larger captured batch is not more memory under load (eager decode beyond the graphs' largest
+    # batch keeps activations that a larger graph keeps in its own pool); graphs off neither
+    assert p[at((5, 3, 1))] > 0.1 and p[at((6, 0, 1))] > 0.3
+    # a pass proves every point needing less of every memory knob
+    good = [Outcome(index=at((6, 3, 2)), failed=None), Outcome(index=at((8, 3, 2)), failed=Mechanism.MEMORY)]
+    q = np.exp(log_p_feasible(feats, blocks, good, feats))
+    assert q[at((6, 3, 0))] > 0.95 and q[at((6, 3, 1))] > 0.95
+
+
+def test_with_the_graph_axis_on_a_larger_captured_batch_is_more_memory(
+    monotone: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.search import monotone as mono
+
+    monkeypatch.setattr(mono, "GRAPHS_ORDERED", True)
+    blocks, feats, grid = _fraction_graphs_chunk()
+    at = grid.index
+    seen = [Outcome(index=at((3, 1, 0)), failed=None), Outcome(index=at((5, 2, 1)), failed=Mechanism.MEMORY)]
+    p = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    assert max(p[at((5, 3, 1))], p[at((7, 3, 2))]) <= 0.05 < p[at((3, 1, 0))]
+
+
+def test_not_enough_memory_at_a_fraction_proves_it_for_every_smaller_fraction_not_for_a_larger(
+    monotone: None,
+) -> None:
+    blocks, feats, grid = _fraction_graphs_chunk()
+    at = grid.index
+    seen = [
+        Outcome(index=at((5, 1, 0)), failed=None),
+        Outcome(index=at((3, 2, 2)), failed=Mechanism.KV_POOL),
+    ]
+    p = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    assert max(p[at((f, g, c))] for f in range(4) for g in range(4) for c in range(3)) <= 0.05
+    assert min(p[at((f, 1, 0))] for f in range(5, 8)) > 0.5  # the KV pool grows with the fraction
+
+
+def test_a_nan_of_one_pair_and_kv_dtype_is_not_spread_over_another_pair_sharing_its_decode_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(feasible, "NUMERICS_BY_KV", True)
+    # backends 0..3 as pairs (prefill, decode, pair level) x graphs (off, two sizes) x KV dtype (2)
+    blocks = (
+        Block(name="mem-fraction-static", cat=(), num=(0,), role="fraction"),
+        Block(name="cuda_graph", cat=(0, 1), num=(1,), role="graphs"),
+        Block(name="sparse_backends", cat=(2, 3, 4), num=(), role="backends"),
+        Block(name="kv-cache-dtype", cat=(5,), num=(), role="kv_dtype"),
+    )
+    grid = [(g, p, d, k) for g in range(3) for p in range(4) for d in range(4) for k in range(2)]
+    feats = Features(
+        cat=np.asarray([(g, int(g > 0), p, d, 4 * p + d, k) for g, p, d, k in grid], dtype=np.int64),
+        num=np.asarray([(0.5, 0.0 if g == 0 else 0.5 * g) for g, _, _, _ in grid]),
+    )
+    at = grid.index
+    seen = [
+        Outcome(index=at((1, 0, 0, 0)), failed=None),
+        Outcome(index=at((1, 1, 2, 0)), failed=Mechanism.NUMERICS),  # pair 1/2 gives NaN with KV dtype 0
+    ]
+    p = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    # the winner 3/2 with the other dtype shares only the decode backend: as likely as an unrelated pair
+    assert p[at((1, 3, 2, 1))] == pytest.approx(p[at((1, 3, 3, 1))], rel=0.02)
+    # with the failing dtype the shared decode backend stays a suspect, and the pair itself most
+    assert p[at((1, 1, 2, 0))] < p[at((1, 3, 2, 0))] < p[at((1, 3, 3, 0))]

@@ -174,9 +174,27 @@ def test_an_unsupported_pair_is_blamed_on_the_half_not_proven_to_run() -> None:
     assert not covered((rule,), config(pair=("fa3", "trtllm")))  # fa3 as prefill is not proven bad
 
 
-def test_an_unsupported_pair_of_one_backend_is_that_backend() -> None:
+def test_an_unsupported_pair_of_one_backend_is_blamed_on_the_role_not_proven_to_run() -> None:
+    # fa3/fa3 fails to start, the log names no backend: fa3 fails in at least one role, not in both
     (rule,) = derive_rules([ev(0, config(pair=("fa3", "fa3")), Outcome.UNSUPPORTED)])
-    assert rule.kind is RuleKind.BACKEND and rule.backend == "fa3" and rule.role is None
+    assert rule.kind is RuleKind.PAIR_UNSUPPORTED and not covered((rule,), config(pair=("fa3", "trtllm")))
+    assert not covered((rule,), config(pair=("trtllm", "fa3")))
+    # fa3 then runs as the prefill backend of another pair: its decode kernels are what fails
+    runs = ev(1, config(pair=("fa3", "trtllm")), Outcome.OK)
+    (rule,) = derive_rules([ev(0, config(pair=("fa3", "fa3")), Outcome.UNSUPPORTED), runs])
+    assert rule.kind is RuleKind.BACKEND and rule.backend == "fa3" and rule.role == "decode"
+    assert covered((rule,), config(pair=("trtllm", "fa3")))
+    assert not covered((rule,), config(pair=("fa3", "x")))
+
+
+def test_an_unsupported_launch_that_came_up_proves_neither_half_runs() -> None:
+    works = ev(0, config(pair=("trtllm", "trtllm")), Outcome.OK)
+    under_load = ev(1, config(pair=("fa3", "trtllm")), Outcome.UNSUPPORTED, stage="serving")
+    assert under_load.got_ready
+    rules = derive_rules([works, under_load, ev(2, config(pair=("fa3", "fa3")), Outcome.UNSUPPORTED)])
+    blamed = {(r.backend, r.role) for r in rules if r.kind is RuleKind.BACKEND}
+    assert blamed == {("fa3", "prefill")}  # not fa3 as decode of fa3/fa3: its prefill never ran
+    assert any(r.kind is RuleKind.PAIR_UNSUPPORTED and r.pair == ("fa3", "fa3") for r in rules)
 
 
 def test_without_evidence_about_either_half_the_rule_stays_on_the_pair() -> None:

@@ -46,6 +46,7 @@ class Block:
     cat: tuple[int, ...]
     num: tuple[int, ...]
     role: str = "other"  # what the knob is physically (ROLES): which failure mechanisms it takes part in
+    product: bool = False  # alike only when alike in every feature (an interaction), not on average
 
 
 # A knob's physical role (tuner.knobs.protocol.ROLES): the memory fraction, CUDA graphs, the attention

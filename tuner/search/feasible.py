@@ -6,8 +6,9 @@ about the knobs its mechanism involves, and only about those (the log names the 
 
 | mechanism   | failures                                   | knobs it involves                        |
 |-------------|--------------------------------------------|------------------------------------------|
-| memory      | OOM (load, capture, under load), not enough | fraction, CUDA graphs, chunked prefill,  |
-|             | memory for the KV cache, capture failed    | max running requests, KV dtype           |
+| memory      | OOM (load, capture, under load), capture   | fraction, CUDA graphs, chunked prefill,  |
+|             | failed                                     | max running requests, KV dtype           |
+| KV pool     | not enough memory for the KV cache         | fraction, max running requests, KV dtype |
 | numerics    | NaN, garbage, wrong answer                 | backends, CUDA graphs, KV dtype, running |
 | support     | unsupported                                | backends                                 |
 | other       | crash, hang, timeout, benchmark failures   | every knob                               |
@@ -19,11 +20,18 @@ regresses +1 (a launch that got past that stage) / -1 (one that failed there) an
 P(pass) = Phi(mean / sqrt(c + var)); P(feasible) is the product over the mechanisms. Launches that
 never reached a stage say nothing about it.
 
-The memory mechanism has a prior from the physics: the fraction range's ends are where the KV
-pool is too small or the graphs and activations no longer fit, and larger graphs, prefill chunks
-and running batches need more memory, so the prior mean falls toward both ends of the fraction
-range and with those sizes. Where nothing is known yet the first launches therefore go to the
-middle of the range, not to its corners (where a GP's variance, and so uncertainty sampling, peaks).
+The two memory mechanisms have a prior from the physics: the fraction range's bottom is where the
+KV pool is too small, its top where the graphs and activations no longer fit, and larger graphs,
+prefill chunks and running batches need more memory, so the OOM prior mean falls toward the top and
+with those sizes, the KV pool's toward the bottom. Where nothing is known yet the first launches
+therefore go to the middle of the range, not to its corners (where a GP's variance, and so
+uncertainty sampling, peaks).
+
+With MONOTONE both memory mechanisms are projected onto the functions monotone in memory demand
+(tuner.search.monotone: a failure proves failure wherever more memory is needed, a pass a pass
+wherever less is); with NUMERICS_BY_KV the numerics model sees each backend feature as an
+interaction with the KV dtype (numerics_blocks). Both are off by default: on the training
+landscapes neither beat the plain models (docs/design.md gives the figures).
 
 SLO constraints are modelled as values, not pass/fail: each constraint's margin (the distance past
 its bound; <= 0 met) is regressed over the measured launches and P(met) = Phi(-mean / sd), so the
@@ -41,13 +49,15 @@ import numpy as np
 
 from tuner.search.acquire import log_norm_cdf
 from tuner.search.candidates import Block, by_role
+from tuner.search.monotone import OOM_ORDER, POOL_ORDER, monotone_latent
 from tuner.search.surrogate import Array, Features, fit_predict
 
 
 class Mechanism(str, Enum):
     """How a launch failed, as the failure's log names it."""
 
-    MEMORY = "memory"
+    MEMORY = "memory"  # out of memory: at load, at capture, under load
+    KV_POOL = "kv_pool"  # not enough memory left for the KV cache
     NUMERICS = "numerics"
     SUPPORT = "support"
     OTHER = "other"
@@ -55,10 +65,11 @@ class Mechanism(str, Enum):
 
 ROLES_OF = {
     Mechanism.MEMORY: frozenset({"fraction", "graphs", "chunk", "running", "kv_dtype", "other"}),
+    Mechanism.KV_POOL: frozenset({"fraction", "running", "kv_dtype", "other"}),
     Mechanism.NUMERICS: frozenset({"backends", "graphs", "kv_dtype", "running", "other"}),
     Mechanism.SUPPORT: frozenset({"backends", "other"}),
 }
-_MEMORY = frozenset({"oom", "not_enough_memory", "capture_failed"})
+_MEMORY = frozenset({"oom", "capture_failed"})
 _NUMERICS = frozenset({"nan", "garbage", "wrong_answer"})
 _MEASURED = frozenset({"ok", "slo_violation"})
 PASS_PRIOR = 0.3  # prior mean of the +1/-1 label where a mechanism's model knows nothing
@@ -67,7 +78,10 @@ EDGE_DROP = 1.2  # how far the memory prior falls at either end of the fraction 
 EDGE_POWER = 4  # ... and how sharply (flat in the middle)
 SIZE_DROP = 0.25  # how far it falls at the largest graph / chunk / running cap
 LABEL_NOISE = 0.25  # c in Phi(mean / sqrt(c + var))
+MONOTONE = False  # memory feasibility projected onto the functions monotone in memory demand (monotone.py)
 SPLIT_ROLES = True  # numerics and support: the prefill and decode backends as knobs of their own
+KV_MAIN = True  # numerics: the KV dtype also as a main effect beside its interactions with the backends
+NUMERICS_BY_KV = False  # numerics: each backend feature as an interaction with the KV dtype (numerics_blocks)
 
 
 def mechanism_of(outcome: str) -> Mechanism | None:
@@ -76,6 +90,8 @@ def mechanism_of(outcome: str) -> Mechanism | None:
         return None
     if outcome in _MEMORY:
         return Mechanism.MEMORY
+    if outcome == "not_enough_memory":
+        return Mechanism.KV_POOL
     if outcome in _NUMERICS:
         return Mechanism.NUMERICS
     if outcome == "unsupported":
@@ -90,6 +106,8 @@ def passed(mechanism: Mechanism, failed: Mechanism | None) -> bool | None:
         return True
     if failed is mechanism:
         return False
+    if mechanism is Mechanism.KV_POOL:  # the pool is sized before the kernels start and graphs capture
+        return True if failed in (Mechanism.MEMORY, Mechanism.SUPPORT, Mechanism.NUMERICS) else None
     if mechanism is Mechanism.MEMORY:
         return True if failed is Mechanism.NUMERICS else None  # the gate runs after load and capture
     if mechanism is Mechanism.SUPPORT:
@@ -107,9 +125,15 @@ class Outcome:
     explained: bool = False  # a failure a standing rule proves
 
 
-def memory_prior(features: Features, blocks: Sequence[Block], strength: float = 1.0) -> Array:
-    """The memory label's prior mean per row: lower toward the fraction range's ends and larger sizes
-    (`strength` scales the fall)."""
+def memory_prior(
+    features: Features,
+    blocks: Sequence[Block],
+    strength: float = 1.0,
+    mechanism: Mechanism = Mechanism.MEMORY,
+) -> Array:
+    """A memory mechanism's label prior mean per row (`strength` scales the fall): an OOM grows likelier
+    toward the fraction range's top and with larger graphs, chunks and running caps; too small a KV
+    pool toward its bottom."""
     rows = features.cat.shape[0]
     prior = np.full(rows, MEMORY_PRIOR)
     for block in blocks:
@@ -118,8 +142,9 @@ def memory_prior(features: Features, blocks: Sequence[Block], strength: float = 
         x = features.num[:, block.num[0]]
         on = x >= 0
         if block.role == "fraction":
-            prior -= np.where(on, strength * EDGE_DROP * np.abs(2 * x - 1) ** EDGE_POWER, 0.0)
-        elif block.role in ("graphs", "chunk", "running"):
+            edge = 2 * x - 1 if mechanism is Mechanism.MEMORY else 1 - 2 * x
+            prior -= np.where(on, strength * EDGE_DROP * np.clip(edge, 0.0, 1.0) ** EDGE_POWER, 0.0)
+        elif block.role in ("graphs", "chunk", "running") and mechanism is Mechanism.MEMORY:
             prior -= np.where(on, strength * SIZE_DROP * np.clip(x, 0.0, 1.0), 0.0)
     return prior
 
@@ -142,6 +167,34 @@ def log_p_feasible(
     return out
 
 
+def numerics_blocks(blocks: Sequence[Block]) -> list[Block]:
+    """The numerics model's knobs: wrong numbers come from a kernel -- a backend in its role, or the
+    pair -- with the KV dtype it reads and writes, and from the pair's captured graphs. So each backend
+    feature (prefill, decode, the pair) is one interaction with the KV dtype (the pair's also with
+    graphs on or off): a NaN of one pair with one dtype says little about another pair with the same
+    decode backend and another dtype, while NaNs of two pairs sharing a role still carry to that role.
+    The graph setting, the KV dtype and the running cap stay main effects too (a NaN that needs a large
+    batch, or a dtype that breaks every backend)."""
+    kv = tuple(c for b in blocks if b.role == "kv_dtype" for c in b.cat)
+    graphs = [b for b in blocks if b.role == "graphs" and b.cat]
+    graphs_on = tuple(b.cat[1] if len(b.cat) > 1 else b.cat[0] for b in graphs)
+    out: list[Block] = []
+    for b in blocks:
+        if b.role != "backends":
+            if b.role != "kv_dtype" or KV_MAIN or not any(x.role == "backends" for x in blocks):
+                out.append(b)
+            continue
+        # a pair: (prefill, decode, the pair's level), each with the KV dtype; the pair also with graphs
+        roles = [(c,) for c in b.cat[:-1]] if SPLIT_ROLES and len(b.cat) > 1 else []
+        for i, cat in enumerate([*roles, b.cat[-1:] if roles else b.cat]):
+            whole = cat + kv + (graphs_on if i == len(roles) else ())
+            out.append(Block(name=f"{b.name}[{i}]", cat=whole, num=(), role=b.role, product=len(whole) > 1))
+    return out
+
+
+_ORDERS = {Mechanism.MEMORY: OOM_ORDER, Mechanism.KV_POOL: POOL_ORDER}
+
+
 def _log_pass(
     features: Features,
     blocks: Sequence[Block],
@@ -155,7 +208,9 @@ def _log_pass(
     mine = list(blocks) if roles is None else [b for b in blocks if b.role in roles]
     if not mine:
         mine = list(blocks)
-    if SPLIT_ROLES and mechanism in (Mechanism.NUMERICS, Mechanism.SUPPORT):
+    if mechanism is Mechanism.NUMERICS and NUMERICS_BY_KV:
+        mine = numerics_blocks(mine)
+    elif SPLIT_ROLES and mechanism in (Mechanism.NUMERICS, Mechanism.SUPPORT):
         mine = by_role(mine)
     rows, labels = [], []
     for s in seen:
@@ -163,24 +218,25 @@ def _log_pass(
         if got is not None:
             rows.append(s.index)
             labels.append(1.0 if got else (explained_label if s.explained else -1.0))
-    prior_test = (
-        memory_prior(test, mine, strength)
-        if mechanism is Mechanism.MEMORY
-        else np.full(len(test.cat), PASS_PRIOR)
-    )
+    order = _ORDERS.get(mechanism)
+
+    def prior(f: Features) -> Array:
+        if order is None:
+            return np.full(len(f.cat), PASS_PRIOR)
+        return memory_prior(f, mine, strength, mechanism)
+
     if not rows or min(labels) > 0:
         # nothing failed here yet: only the prior (and, for memory, its shape) speaks
-        base = prior_test if mechanism is Mechanism.MEMORY else np.full(len(test.cat), 1.5)
-        return log_norm_cdf(base / math.sqrt(LABEL_NOISE))
-    train = features.take(rows)
-    y = np.asarray(labels)
-    prior_train = (
-        memory_prior(train, mine, strength)
-        if mechanism is Mechanism.MEMORY
-        else np.full(len(rows), PASS_PRIOR)
-    )
-    post = fit_predict(train, y - prior_train, test, mine, prior_mean=0.0, scale=1.0, ard=False)
-    return log_norm_cdf((prior_test + post.mean) / np.sqrt(LABEL_NOISE + post.sd**2))
+        z = (prior(test) if order is not None else np.full(len(test.cat), 1.5)) / math.sqrt(LABEL_NOISE)
+    else:
+        train = features.take(rows)
+        post = fit_predict(train, np.asarray(labels) - prior(train), test, mine, prior_mean=0.0, scale=1.0,
+                           ard=False)  # fmt: skip
+        z = (prior(test) + post.mean) / np.sqrt(LABEL_NOISE + post.sd**2)
+    if order is not None and MONOTONE and rows:
+        seen_rows, ok = features.take(rows), [v > 0 for v in labels]
+        z = monotone_latent(z, test, mine, order, observed=seen_rows, passed=ok)
+    return log_norm_cdf(z)
 
 
 def _log_slo(features: Features, blocks: Sequence[Block], seen: Sequence[Outcome], test: Features) -> Array:

@@ -318,14 +318,18 @@ def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
 
 
 def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
-    """A PAIR_UNSUPPORTED rule narrowed to the one backend the other launches prove is at fault."""
+    """A PAIR_UNSUPPORTED rule narrowed to the one backend, in its role, that the other launches prove is at
+    fault. A pair of one backend says that backend fails in at least one role, not in both (a kernel may
+    be built for decode and not for prefill): it is narrowed like any pair, else it stays on the pair (the
+    support model carries the doubt to both roles) -- a rule over both roles would never let a launch
+    show the role that runs."""
     if rule.kind is not RuleKind.PAIR_UNSUPPORTED or rule.pair is None:
         return rule
     prefill, decode = rule.pair
     backend = replace(rule, kind=RuleKind.BACKEND, pair=None, others=_held(RuleKind.BACKEND, rule.others))
-    if prefill is not None and prefill == decode:
-        return replace(backend, backend=prefill, role=None, confidence=0.7)
-    runs = [e for e in evidence if e.got_ready]
+    # a launch that came up and then failed as unsupported (a kernel missing under load) proves
+    # neither of its halves runs
+    runs = [e for e in evidence if e.got_ready and e.outcome not in _UNSUPPORTED]
     good_prefill = prefill is not None and any(e.knobs.prefill == prefill for e in runs)
     good_decode = decode is not None and any(e.knobs.decode == decode for e in runs)
     if good_prefill and not good_decode and decode is not None:

@@ -69,7 +69,7 @@ def knob_kernels(
             one_off = (x2 < 0) ^ (y2 < 0)
             parts.append(np.where(both_off, 1.0, np.where(one_off, 0.0, near)))
         if parts:
-            out.append(np.mean(parts, axis=0))
+            out.append(np.prod(parts, axis=0) if block.product else np.mean(parts, axis=0))
     return out
 
 
