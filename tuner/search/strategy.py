@@ -100,24 +100,7 @@ def choose(
     )  # fmt: skip
     measured = [s for s in seen if s.log_first is not None]
     waiting = features.take(list(pending)) if pending else None
-    best: float | None = None
-    if not measured:
-        mu, sd = np.zeros(len(open_rows)), np.ones(len(open_rows))
-        if waiting is not None:  # nothing measured: stay away from what is already running
-            sd = _spread_near(features, blocks, test, waiting)
-    else:
-        y = np.asarray([s.log_first for s in measured], dtype=np.float64)
-        spread = max(float(np.std(y)), MIN_SPREAD)
-        good = [s.index for s in measured if s.feasible]
-        both = Features(
-            cat=np.concatenate([test.cat, features.take(good).cat]),
-            num=np.concatenate([test.num, features.take(good).num]),
-        )
-        train = features.take([s.index for s in measured])
-        post = fit_predict(train, y, both, blocks, scale=spread, pending=waiting)
-        mu, sd = post.mean[: len(open_rows)], post.sd[: len(open_rows)]
-        # the incumbent by the model's mean, not the luckiest noisy measurement
-        best = math.exp(float(np.max(post.mean[len(open_rows) :]))) if good else None
+    mu, sd, best = _posterior(features, blocks, measured, test, waiting)
     if left is not None and budget:
         sd = sd * math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
     front = [(math.exp(s.log_first), s.second) for s in measured
@@ -130,6 +113,34 @@ def choose(
     noisy = acq + TEMPERATURE * rng.gumbel(size=len(acq)) if TEMPERATURE > 0 else acq
     order = np.argsort(-noisy, kind="stable")
     return int(open_rows[int(order[min(rank, len(order) - 1)])])
+
+
+def _posterior(
+    features: Features,
+    blocks: Sequence[Block],
+    measured: Sequence[Seen],
+    test: Features,
+    waiting: Features | None,
+) -> tuple[Array, Array, float | None]:
+    """The first objective's log posterior (mean, sd) over the open candidates, and the incumbent by the
+    model's mean (None until a feasible launch was measured). With nothing measured: a flat prior,
+    kept away from what is already running."""
+    n = len(test.cat)
+    if not measured:
+        sd = _spread_near(features, blocks, test, waiting) if waiting is not None else np.ones(n)
+        return np.zeros(n), sd, None
+    y = np.asarray([s.log_first for s in measured], dtype=np.float64)
+    spread = max(float(np.std(y)), MIN_SPREAD)
+    good = [s.index for s in measured if s.feasible]
+    both = Features(
+        cat=np.concatenate([test.cat, features.take(good).cat]),
+        num=np.concatenate([test.num, features.take(good).num]),
+    )
+    train = features.take([s.index for s in measured])
+    post = fit_predict(train, y, both, blocks, scale=spread, pending=waiting)
+    # the incumbent by the model's mean, not the luckiest noisy measurement
+    best = math.exp(float(np.max(post.mean[n:]))) if good else None
+    return post.mean[:n], post.sd[:n], best
 
 
 def _second_of(
