@@ -286,3 +286,21 @@ def test_capture_oom_holds_for_a_larger_running_cap_but_not_a_smaller_one() -> N
     (rule,) = rules_from(ev(0, failed, Outcome.OOM, stage="capture"))
     assert covered((rule,), config(f=0.92, graphs=64, max_running_requests=128))
     assert not covered((rule,), config(f=0.92, graphs=64, max_running_requests=32))  # fewer graphs captured
+
+
+def test_every_rule_kind_reads_what_it_covers_and_what_disproves_it_from_its_table_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tuner.search import rules as rules_module
+
+    assert set(rules_module.RULE_KINDS) == set(RuleKind)
+    failed = config(f=0.9, graphs=None)
+    (rule,) = rules_from(ev(0, failed, Outcome.OOM, stage="serving"))
+    assert rule.kind is RuleKind.OOM_SERVING
+    came_up_then_died = ev(1, failed, Outcome.CRASHED, stage="serving")
+    assert came_up_then_died.got_ready and not contradicts(rule, came_up_then_died)  # measured disproves it
+    row = rules_module.RULE_KINDS[RuleKind.OOM_SERVING]
+    monkeypatch.setitem(
+        rules_module.RULE_KINDS, RuleKind.OOM_SERVING, rules_module.KindSpec(row.region, "ready")
+    )
+    assert contradicts(rule, came_up_then_died)  # the row alone changed what disproves it

@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Literal
 
 from tuner.config import Outcome
 from tuner.knobs.protocol import Scope
@@ -71,6 +72,32 @@ class RuleKind(str, Enum):
     OOM_CAPTURE = "oom_at_capture"  # fraction >= f, graphs on, max bs >= g
     OOM_SERVING = "oom_under_load"  # fraction >= f, same graph setting
     TOO_LITTLE = "not_enough_memory"  # fraction <= f
+
+
+Region = Literal["backend", "pair", "memory"]
+Contradiction = Literal["ready", "measured", "loaded"]
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """What a rule kind covers and what proves it wrong."""
+
+    region: Region  # a backend in a role, a backend pair, or a memory region of the fraction
+    contradicted_by: Contradiction  # a covered launch that got ready, was measured, or loaded
+    graph_scoped: bool = False  # the region narrows to the failure's CUDA-graph setting (a broken pair)
+
+
+RULE_KINDS: dict[RuleKind, KindSpec] = {
+    RuleKind.BACKEND: KindSpec("backend", "ready"),
+    RuleKind.PAIR: KindSpec("pair", "measured", graph_scoped=True),
+    RuleKind.PAIR_UNSUPPORTED: KindSpec("pair", "ready"),
+    RuleKind.OOM_LOAD: KindSpec("memory", "loaded"),
+    RuleKind.OOM_CAPTURE: KindSpec("memory", "ready"),
+    RuleKind.OOM_SERVING: KindSpec("memory", "measured"),
+    RuleKind.TOO_LITTLE: KindSpec("memory", "loaded"),
+}
+if set(RULE_KINDS) != set(RuleKind):  # a kind without its row would fall through every reader
+    raise RuntimeError(f"rule kinds without a row in RULE_KINDS: {set(RuleKind) - set(RULE_KINDS)}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,15 +128,14 @@ class Rule:
 
     def covers(self, k: Knobs) -> bool:
         """True when a launch of these knobs would fail as this rule's evidence did."""
-        if self.kind is RuleKind.BACKEND:
+        spec = RULE_KINDS[self.kind]
+        if spec.region == "backend":
             roles = (PREFILL, DECODE) if self.role is None else (self.role,)
             return any(k.backend(r) == self.backend for r in roles) and self._others_match(k)
-        if self.kind is RuleKind.PAIR_UNSUPPORTED:
-            return (k.prefill, k.decode) == self.pair and self._others_match(k)
-        if self.kind is RuleKind.PAIR:
+        if spec.region == "pair":
             if (k.prefill, k.decode) != self.pair:
                 return False
-            if self.graphs is not None:
+            if spec.graph_scoped and self.graphs is not None:
                 if k.graphs != self.graphs:
                     return False
                 if self.graphs and self.graph_max_bs is not None and not _bs_at_least(k, self.graph_max_bs):
@@ -152,12 +178,13 @@ class Rule:
 
     def describe(self) -> str:
         """One line: the region and the evidence."""
-        if self.kind is RuleKind.BACKEND:
+        spec = RULE_KINDS[self.kind]
+        if spec.region == "backend":
             role = f" as {self.role} backend" if self.role else ""
             region = f"backend {self.backend}{role}"
         elif self.pair is not None:
             region = f"backends {self.pair[0]}/{self.pair[1]}{self._held_shown()}"
-            if self.graphs is not None and self.kind is RuleKind.PAIR:
+            if self.graphs is not None and spec.graph_scoped:
                 region += f" with CUDA graphs {'on' if self.graphs else 'off'}"
                 if self.graphs and self.graph_max_bs is not None:
                     region += f" of max bs >= {self.graph_max_bs}"
@@ -276,15 +303,12 @@ def contradicts(rule: Rule, ev: Evidence) -> bool:
     """A launch the rule covers got past the point where the rule said it would fail."""
     if not rule.covers(ev.knobs):
         return False
-    if rule.kind in (RuleKind.BACKEND, RuleKind.PAIR_UNSUPPORTED):
+    by = RULE_KINDS[rule.kind].contradicted_by
+    if by == "ready":
         return ev.got_ready
-    if rule.kind is RuleKind.PAIR:
+    if by == "measured":
         return ev.outcome.measured
-    if rule.kind is RuleKind.OOM_SERVING:
-        return ev.outcome.measured
-    if rule.kind is RuleKind.OOM_CAPTURE:
-        return ev.got_ready
-    return ev.got_ready or ev.stage in ("capture", "warmup")  # OOM_LOAD, TOO_LITTLE: it loaded
+    return ev.got_ready or ev.stage in ("capture", "warmup")  # loaded: past the weights and the KV pool
 
 
 def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
