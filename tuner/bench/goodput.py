@@ -33,10 +33,14 @@ class GoodputFigures:
     sent: int
     bounds: Mapping[str, float]  # bench_serving key -> ms
 
+    def flag(self) -> str:
+        """The bounds as bench_serving's `--goodput` argument (`ttft:2000 tpot:50`)."""
+        return goodput_flag(self.bounds)
+
     def line(self) -> str:
         return (
             f"goodput {self.request_goodput:,.2f} req/s, SLO attainment {self.slo_attainment:.1%} "
-            f"({self.good} of {self.sent} requests within --goodput {goodput_flag(self.bounds)})"
+            f"({self.good} of {self.sent} requests within --goodput {self.flag()})"
         )
 
 

@@ -13,12 +13,11 @@ wins. A study without a latency constraint has no goodput (None: not measured, n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from tuner.bench.goodput import count_good
+from tuner.bench.goodput import GoodputFigures, count_good
 from tuner.objectives import latency_bounds
 from tuner.space.goals import Slo
 
@@ -29,25 +28,7 @@ FAMILIES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 BENCH_SERVING_KEYS = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2el"}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Goodput:
-    """Goodput of one load point under per-request bounds."""
-
-    request_goodput: float  # good requests per second of the benchmark
-    slo_attainment: float  # good / sent
-    good: int
-    sent: int
-    bounds: Mapping[str, float]  # family -> ms
-
-    def flag(self) -> str:
-        """The bounds as bench_serving's `--goodput` argument (`ttft:2000 tpot:50`)."""
-        return " ".join(f"{BENCH_SERVING_KEYS[k]}:{v:g}" for k, v in self.bounds.items())
-
-    def line(self) -> str:
-        return (
-            f"goodput {self.request_goodput:,.2f} req/s, SLO attainment {self.slo_attainment:.1%} "
-            f"({self.good} of {self.sent} requests within --goodput {self.flag()})"
-        )
+Goodput = GoodputFigures  # one load point's goodput, as `tuner bench --goodput` computes it
 
 
 def goodput_bounds(slos: Sequence[Slo]) -> dict[str, float]:
@@ -96,12 +77,8 @@ def goodput_of(
     good, sent = count_good(rows, keyed)  # one definition with `tuner bench --goodput` and the store
     if not sent:
         return None
-    return Goodput(
-        request_goodput=good / duration_s,
-        slo_attainment=good / sent if sent else 0.0,
-        good=good,
-        sent=sent,
-        bounds=dict(bounds),
+    return GoodputFigures(
+        request_goodput=good / duration_s, slo_attainment=good / sent, good=good, sent=sent, bounds=keyed
     )
 
 
