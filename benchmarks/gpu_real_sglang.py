@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,41 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from real_sglang_space import gpu_used_mib, sglang_pids, sglang_version, write_model  # noqa: E402
 
-INPUT_LEN, OUTPUT_LEN, CONCURRENCY, PROMPTS = 512, 128, 16, 160
 TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload both tools run on the same server: random token ids of fixed lengths, a closed
+    loop of `concurrency` requests or Poisson arrivals at `request_rate` (or both)."""
+
+    input_len: int
+    output_len: int
+    prompts: int
+    concurrency: int | None = None
+    request_rate: float | None = None
+
+    @property
+    def warmup(self) -> int:
+        return min(self.concurrency or 4, 16)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+WORKLOADS = {
+    # every request of one length in a closed loop: the 16 finish together and return as a wave, which
+    # SGLang prefills as 1 + 15, so a request's TTFT depends on where in the wave it lands
+    "closed16": Workload(512, 128, 160, concurrency=16),
+    # one request at a time: TTFT is one 512-token prefill, the definition with no schedule in it
+    "single": Workload(512, 32, 48, concurrency=1),
+    # one long prompt at a time: a 7,680-token prefill (~0.3 s) dwarfs the server's own per-request
+    # jitter (22-50 ms TTFTs for one 512-token prefill at concurrency 1, either tool), so the medians
+    # test the two definitions rather than the schedule
+    "long1": Workload(7680, 16, 32, concurrency=1),
+    # open loop, Poisson arrivals at about half the closed loop's request rate: no waves
+    "poisson8": Workload(512, 128, 128, request_rate=8.0),
+}
 METRICS = (
     ("output_throughput", "output_throughput"),
     ("ttft_median_ms", "median_ttft_ms"),
@@ -127,7 +161,7 @@ def wait_ready(url: str, group: Any, timeout_s: float) -> None:
     raise SystemExit(f"not ready after {timeout_s:.0f} s")
 
 
-def tuner_bench(url: str, api: str = "generate") -> dict[str, float]:
+def tuner_bench(url: str, w: Workload, index: int, api: str = "generate") -> dict[str, Any]:
     from tuner.bench.runner import benchmark
     from tuner.bench.settings import BenchSettings
 
@@ -135,20 +169,22 @@ def tuner_bench(url: str, api: str = "generate") -> dict[str, float]:
         {
             "workload": {
                 "kind": "random",
-                "input_len": INPUT_LEN,
-                "output_len": OUTPUT_LEN,
+                "input_len": w.input_len,
+                "output_len": w.output_len,
                 "range_ratio": 1.0,
                 "api": api,
-                "seed": 7,
+                "seed": 7 + index,
             },
-            "load_points": [{"concurrency": CONCURRENCY, "num_prompts": PROMPTS}],
-            "warmup_requests": CONCURRENCY,
+            "load_points": [
+                {"concurrency": w.concurrency, "request_rate": w.request_rate, "num_prompts": w.prompts}
+            ],
+            "warmup_requests": w.warmup,
             "flush_cache": True,
         }
     )
     result = benchmark(url, settings)
     m = result.objective_metrics
-    assert m is not None and m.completed == PROMPTS, f"tuner benchmark: {m}"
+    assert m is not None and m.completed == w.prompts, f"tuner benchmark: {m}"
     records = [r for r in result.points[0].records if r.success]
     return {
         "output_throughput": m.output_throughput,
@@ -161,8 +197,10 @@ def tuner_bench(url: str, api: str = "generate") -> dict[str, float]:
     }
 
 
-def bench_serving(url: str, model: Path, out: Path, index: int) -> dict[str, float]:
-    path = out / f"bench_serving-{index}.jsonl"
+def bench_serving(url: str, model: Path, out: Path, w: Workload, name: str, index: int) -> dict[str, Any]:
+    path = out / f"bench_serving-{name}-{index}.jsonl"
+    load = ["--max-concurrency", str(w.concurrency)] if w.concurrency is not None else []
+    load += ["--request-rate", str(w.request_rate if w.request_rate is not None else "inf")]
     argv = [
         sys.executable,
         "-c",
@@ -181,17 +219,16 @@ def bench_serving(url: str, model: Path, out: Path, index: int) -> dict[str, flo
         "random-ids",
         "--tokenize-prompt",
         "--random-input-len",
-        str(INPUT_LEN),
+        str(w.input_len),
         "--random-output-len",
-        str(OUTPUT_LEN),
+        str(w.output_len),
         "--random-range-ratio",
         "1.0",
         "--num-prompts",
-        str(PROMPTS),
-        "--max-concurrency",
-        str(CONCURRENCY),
+        str(w.prompts),
+        *load,
         "--warmup-requests",
-        str(CONCURRENCY),
+        str(w.warmup),
         "--flush-cache",
         "--seed",
         str(7 + index),
@@ -201,7 +238,7 @@ def bench_serving(url: str, model: Path, out: Path, index: int) -> dict[str, flo
         "--output-details",  # per-request TTFTs and ITLs: the pooled medians below
     ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
-    (out / f"bench_serving-{index}.log").write_text(done.stdout + done.stderr)
+    (out / f"bench_serving-{name}-{index}.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0 or not path.exists():
         raise SystemExit(f"bench_serving failed (rc {done.returncode}): {done.stderr[-800:]}")
     row = json.loads(path.read_text().strip().splitlines()[-1])
@@ -240,36 +277,9 @@ def round_interval(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -
     return ratios[49], ratios[1949]
 
 
-def cmd_bench(
-    model: Path, out: Path, rounds: int, port: int = 31000, *, completions: bool = True
-) -> dict[str, Any]:
-    out.mkdir(parents=True, exist_ok=True)
-    url = f"http://127.0.0.1:{port}"
-    baseline, total = gpu_used_mib()
-    log = (out / "server.log").open("w")
-    group = start_server(model, port, log)
-    # the tuner over /generate is compared with bench_serving over /generate; the tuner over
-    # /v1/completions (the same token ids through SGLang's OpenAI front end) is shown beside them
-    runs: dict[str, list[dict[str, float]]] = {"tuner": [], "bench_serving": [], "tuner_completions": []}
-    try:
-        t0 = time.monotonic()
-        wait_ready(url, group, 600)
-        ready_s = time.monotonic() - t0
-        group.remember_descendants()
-        for r in range(rounds):  # in turns, the order swapped every round
-            order = ("tuner", "bench_serving") if r % 2 == 0 else ("bench_serving", "tuner")
-            for who in (*order, "tuner_completions") if completions else order:
-                if who == "bench_serving":
-                    got = bench_serving(url, model, out, r)
-                else:
-                    got = tuner_bench(url, "generate" if who == "tuner" else "completions")
-                runs[who].append(got)
-                figures = ", ".join(f"{k} {v:.2f}" for k, v in got.items() if not isinstance(v, list))
-                print(f"round {r} {who}: {figures}", flush=True)
-    finally:
-        report = group.stop(sigint_grace_s=10.0, sigterm_grace_s=10.0)
-        log.close()
-    after, _ = gpu_used_mib()
+def compare(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One workload's figures: the medians of the rounds' medians, the per-request medians pooled over
+    the rounds with a round-bootstrap interval, and whether each agrees within TOLERANCE."""
     medians = {
         who: {name: statistics.median(x[name] for x in rows) for name, _ in METRICS}
         for who, rows in runs.items()
@@ -285,25 +295,85 @@ def cmd_bench(
         }
         for k in (pooled_medians.get("tuner") or {})
     }
-    result = {
-        "sglang": sglang_version(),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "gpu_total_mib": total,
-        "workload": {
-            "input_len": INPUT_LEN,
-            "output_len": OUTPUT_LEN,
-            "concurrency": CONCURRENCY,
-            "num_prompts": PROMPTS,
-        },
-        "server_flags": SERVER_FLAGS,
-        "ready_s": ready_s,
-        "rounds": rounds,
+    return {
         "runs": runs,
         "medians": medians,
         "diff": diffs,
         "pooled_medians": pooled_medians,
         "pooled_diff": pooled_diff,
         "within": {k: abs(v) <= TOLERANCE for k, v in diffs.items()},
+    }
+
+
+def measure_all(
+    url: str,
+    model: Path,
+    out: Path,
+    runs: dict[str, dict[str, list[dict[str, Any]]]],
+    rounds: int,
+    *,
+    completions: bool,
+) -> None:
+    for name in runs:
+        w = WORKLOADS[name]
+        for r in range(rounds):  # in turns, the order swapped every round
+            order = ("tuner", "bench_serving") if r % 2 == 0 else ("bench_serving", "tuner")
+            for who in (*order, "tuner_completions") if completions else order:
+                if who == "bench_serving":
+                    got = bench_serving(url, model, out, w, name, r)
+                else:
+                    got = tuner_bench(url, w, r, "generate" if who == "tuner" else "completions")
+                runs[name][who].append(got)
+                figures = ", ".join(f"{k} {v:.2f}" for k, v in got.items() if not isinstance(v, list))
+                print(f"{name} round {r} {who}: {figures}", flush=True)
+
+
+def cmd_bench(
+    model: Path,
+    out: Path,
+    rounds: int,
+    port: int = 31000,
+    *,
+    workloads: tuple[str, ...] = ("closed16",),
+    completions: bool = True,
+) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{port}"
+    baseline, total = gpu_used_mib()
+    log = (out / "server.log").open("w")
+    group = start_server(model, port, log)
+    # the tuner over /generate is compared with bench_serving over /generate; the tuner over
+    # /v1/completions (the same token ids through SGLang's OpenAI front end) is shown beside them
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        name: {"tuner": [], "bench_serving": [], "tuner_completions": []} for name in workloads
+    }
+    try:
+        t0 = time.monotonic()
+        wait_ready(url, group, 600)
+        ready_s = time.monotonic() - t0
+        group.remember_descendants()
+        try:
+            measure_all(url, model, out, runs, rounds, completions=completions)
+        except KeyboardInterrupt:  # the caller's deadline: what was measured is still reported
+            print("interrupted: reporting the rounds measured so far", flush=True)
+    finally:
+        report = group.stop(sigint_grace_s=10.0, sigterm_grace_s=10.0)
+        log.close()
+    after, _ = gpu_used_mib()
+    results = {
+        name: {"workload": WORKLOADS[name].as_dict()} | compare(runs[name])
+        for name in workloads
+        if runs[name]["tuner"] and runs[name]["bench_serving"]
+    }
+    result = {
+        "sglang": sglang_version(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "gpu_total_mib": total,
+        "server_flags": SERVER_FLAGS,
+        "ready_s": ready_s,
+        "rounds": rounds,
+        "workloads": results,
+        "within": {f"{name} {k}": v for name, r in results.items() for k, v in r["within"].items()},
         "teardown_signals": list(report.signals_sent),
         "gpu_used_before_mib": baseline,
         "gpu_used_after_mib": after,
@@ -314,7 +384,14 @@ def cmd_bench(
 
 
 def cmd_all(
-    tokenizer: Path, out: Path, rounds: int, *, tests: str | None, bench: bool, completions: bool = True
+    tokenizer: Path,
+    out: Path,
+    rounds: int,
+    *,
+    tests: str | None,
+    bench: bool,
+    workloads: tuple[str, ...] = ("closed16",),
+    completions: bool = True,
 ) -> int:
     """The model, the bench comparison, then the GPU checks (`tests`: a pytest -k expression; "" for none)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -322,7 +399,8 @@ def cmd_all(
     ok = True
     if bench:
         try:
-            ok = all(cmd_bench(model, out, rounds, completions=completions)["within"].values())
+            got = cmd_bench(model, out, rounds, workloads=workloads, completions=completions)
+            ok = all(got["within"].values())
         except (SystemExit, Exception) as exc:  # the GPU checks still run; the failure is in the report
             (out / "bench-error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
             print(f"bench failed: {exc}", flush=True)
@@ -388,31 +466,37 @@ def write_report(out: Path) -> None:
     bench_path = out / "bench.json"
     if bench_path.exists():
         b = json.loads(bench_path.read_text())
+        # a file written before there were several workloads holds one, at its top level
+        per_workload = b.get("workloads") or {"closed16": b}
         lines += [
-            f"SGLang {b['sglang']}, {b['date']}; workload {b['workload']}; "
-            f"server {' '.join(b['server_flags'])}",
-            "",
-            f"| metric (median of {b['rounds']}) | tuner /generate | bench_serving /generate | diff | "
-            "within 2% | tuner /v1/completions |",
-            "|---|---|---|---|---|---|",
+            f"SGLang {b['sglang']}, {b['date']}; server {' '.join(b['server_flags'])}",
         ]
-        for name, _ in METRICS:
-            t, s = b["medians"]["tuner"][name], b["medians"]["bench_serving"][name]
-            c = b["medians"].get("tuner_completions", {}).get(name)
-            lines.append(
-                f"| {name} | {t:.2f} | {s:.2f} | {100 * b['diff'][name]:+.2f}% | {b['within'][name]} | "
-                f"{_dash(None if c is None else f'{c:.2f}')} |"
-            )
-        for k, d in (b.get("pooled_diff") or {}).items():
-            t, s = b["pooled_medians"]["tuner"][k], b["pooled_medians"]["bench_serving"][k]
-            lo, hi = d["interval95"]
-            lines.append(
-                f"| {k}, per request over all rounds | {t:.2f} | {s:.2f} | {100 * d['diff']:+.2f}% "
-                f"[95%: {100 * lo:+.1f}..{100 * hi:+.1f}] | {abs(d['diff']) <= TOLERANCE} | - |"
-            )
-        for who in [w for w in ("tuner", "bench_serving", "tuner_completions") if w in b["runs"]]:
-            each = "; ".join(", ".join(f"{r[n]:.1f}" for n, _ in METRICS) for r in b["runs"][who])
-            lines.append(f"\n{who} runs (output tok/s, TTFT ms, TPOT ms): {each}")
+        for name, w in per_workload.items():
+            lines += [
+                "",
+                f"### {name}: {w['workload']}",
+                "",
+                f"| metric (median of {b['rounds']}) | tuner /generate | bench_serving /generate | diff | "
+                "within 2% | tuner /v1/completions |",
+                "|---|---|---|---|---|---|",
+            ]
+            for metric, _ in METRICS:
+                t, s = w["medians"]["tuner"][metric], w["medians"]["bench_serving"][metric]
+                c = w["medians"].get("tuner_completions", {}).get(metric)
+                lines.append(
+                    f"| {metric} | {t:.2f} | {s:.2f} | {100 * w['diff'][metric]:+.2f}% | "
+                    f"{w['within'][metric]} | {_dash(None if c is None else f'{c:.2f}')} |"
+                )
+            for k, d in (w.get("pooled_diff") or {}).items():
+                t, s = w["pooled_medians"]["tuner"][k], w["pooled_medians"]["bench_serving"][k]
+                lo, hi = d["interval95"]
+                lines.append(
+                    f"| {k}, per request over all rounds | {t:.2f} | {s:.2f} | {100 * d['diff']:+.2f}% "
+                    f"[95%: {100 * lo:+.1f}..{100 * hi:+.1f}] | {abs(d['diff']) <= TOLERANCE} | - |"
+                )
+            for who in [x for x in ("tuner", "bench_serving", "tuner_completions") if w["runs"].get(x)]:
+                each = "; ".join(", ".join(f"{r[n]:.1f}" for n, _ in METRICS) for r in w["runs"][who])
+                lines.append(f"\n{who} runs (output tok/s, TTFT ms, TPOT ms): {each}")
         lines.append(
             f"\nteardown {b['teardown_signals']}; GPU used {b['gpu_used_before_mib']} -> "
             f"{b['gpu_used_after_mib']} MiB; SGLang processes left: {b['sglang_left'] or 'none'}"
@@ -435,17 +519,28 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument(
                 "--no-completions", action="store_true", help="not the tuner over /v1/completions beside"
             )
+            p.add_argument(
+                "--workloads",
+                default="closed16",
+                help=f"comma-separated, in order, of {', '.join(WORKLOADS)} (default closed16)",
+            )
         if name == "all":
             p.add_argument(
                 "--tests", default=None, help="a pytest -k expression of the GPU checks ('' for none)"
             )
             p.add_argument("--no-bench", action="store_true", help="the GPU checks only")
     args = ap.parse_args(argv)
+    workloads = tuple(x for x in getattr(args, "workloads", "").split(",") if x)
+    unknown = [x for x in workloads if x not in WORKLOADS]
+    if unknown:
+        ap.error(f"unknown workload {', '.join(unknown)}: choose from {', '.join(WORKLOADS)}")
     if args.cmd == "model":
         print(write_model(args.tokenizer, args.out))
         return 0
     if args.cmd == "bench":
-        result = cmd_bench(args.model, args.out, args.rounds, completions=not args.no_completions)
+        result = cmd_bench(
+            args.model, args.out, args.rounds, workloads=workloads, completions=not args.no_completions
+        )
         write_report(args.out)
         return 0 if all(result["within"].values()) else 1
     if args.cmd == "report":
@@ -457,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds,
         tests=args.tests,
         bench=not args.no_bench,
+        workloads=workloads,
         completions=not args.no_completions,
     )
 
