@@ -13,6 +13,10 @@ import httpx
 import pytest
 from support.sim import REPO, pid_alive, poll
 
+from tuner.config import Phase
+from tuner.config import Outcome
+from tuner.sglang.log_classify import classify_failure
+
 pytestmark = pytest.mark.integration
 
 GLM5 = [
@@ -141,12 +145,16 @@ def test_sm90_only_backends_crash_with_unsupported_architecture(sim_factory, bac
         "--cuda-graph-bs",
         *SEED_BS,
     )
-    _assert_startup_death(
+    log = _assert_startup_death(
         sim,
         "Scheduler hit an exception: Traceback",
         "Unsupported architecture",
         "Received sigquit from a child process. It usually means the child failed.",
     )
+    # the traceback runs through the backend's own code, as real SGLang's does, so the tuner's log
+    # reading names the backend and its role, not only the pair
+    verdict = classify_failure(log.splitlines(), exit_code=-signal.SIGKILL, phase=Phase.LAUNCH)
+    assert (verdict.outcome, verdict.backend, verdict.role) == (Outcome.UNSUPPORTED, backend, "prefill")
 
 
 def test_low_fraction_is_not_enough_memory(sim_factory):

@@ -347,14 +347,39 @@ def warmup_failed(version: str, status: int) -> str:
     )
 
 
-def scheduler_exception(where: str, error: str) -> str:
-    """`Scheduler hit an exception: Traceback ...` ending in `error` (may span lines)."""
+# SGLang's attention files whose name is not the backend's
+_ATTENTION_FILES = {"fa3": "flashattention_backend", "fa4": "flashattention_backend"}
+
+
+def attention_frames(
+    backend: str | None, role: str | None, *, sparse: bool, capture: bool
+) -> tuple[tuple[str, int, str], ...]:
+    """The innermost frames of a kernel failing inside an attention backend (none when it is SGLang's
+    unnamed automatic choice): a sparse model's backends are methods of nsa_backend.py
+    (`_forward_<backend>`), a dense model's their own file, entered through the role's forward or,
+    while decode graphs are captured, their capture set-up."""
+    if backend is None or role is None:
+        return ()
+    entry = "forward_extend" if role == "prefill" else "forward_decode"
+    if capture and role == "decode":
+        entry = "init_forward_metadata_capture_cuda_graph"
+    if sparse:
+        return (
+            ("layers/attention/nsa_backend.py", 1120, entry),
+            ("layers/attention/nsa_backend.py", 1388, f"_forward_{backend}"),
+        )
+    return ((f"layers/attention/{_ATTENTION_FILES.get(backend, backend + '_backend')}.py", 640, entry),)
+
+
+def scheduler_exception(where: str, error: str, inner: tuple[tuple[str, int, str], ...] = ()) -> str:
+    """`Scheduler hit an exception: Traceback ...` ending in `error` (may span lines); `inner`: the
+    frames below the stage's own (path under sglang/srt, line, function)."""
     lines = ["Scheduler hit an exception: Traceback (most recent call last):"]
     lines.append(
         '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2870, '
         "in run_scheduler_process"
     )
-    for path, line, func in _FRAMES.get(where, _FRAMES["forward"]):
+    for path, line, func in (*_FRAMES.get(where, _FRAMES["forward"]), *inner):
         lines.append(f'  File "/sgl-workspace/sglang/python/sglang/srt/{path}", line {line}, in {func}')
     lines.append(error)
     return "\n".join(lines)

@@ -37,6 +37,7 @@ class Launch:
     decode_backend: str | None
     behaviour: str  # worst behaviour of the backend pair
     unsupported_error: str
+    failing_role: str | None = None  # "prefill" or "decode": whose backend set `behaviour`
     prefill_factor: float = 1.0  # x prefill time (the prefill backend's)
     decode_factor: tuple[tuple[int, float], ...] = ((1, 1.0),)  # x decode step time (the decode backend's)
     nan_min_batch: int | None = None  # decode steps of at least this batch give NaN
@@ -167,6 +168,7 @@ class _Backends:
     decode: str | None
     behaviour: str = "ok"
     error: str = ""
+    failing_role: str | None = None  # the role whose backend set `behaviour`, when it is not ok
     prefill_rule: BackendRule
     decode_rule: BackendRule
     nan_rules: tuple[BackendRule, ...] = ()
@@ -230,19 +232,20 @@ def _pair(scenario: Scenario, kv: str, prefill: str | None, decode: str | None) 
     sm = scenario.gpus.sm_major
     prefill_rule = _on_this_gpu(_in_role(_with_kv(scenario.backend(prefill), kv), "prefill"), sm)
     decode_rule = _on_this_gpu(_in_role(_with_kv(scenario.backend(decode), kv), "decode"), sm)
-    behaviour, error = "ok", ""
-    for rule in (prefill_rule, decode_rule):
+    behaviour, error, failing_role = "ok", "", None
+    for role, rule in (("prefill", prefill_rule), ("decode", decode_rule)):
         b = rule.behaviour
         if rule.kv_dtype and rule.kv_dtype != kv and b == "ok":
             b = "garbage"  # a backend that only works with another KV dtype
         if BEHAVIOURS.index(b) > BEHAVIOURS.index(behaviour):
-            behaviour, error = b, rule.error
+            behaviour, error, failing_role = b, rule.error, role
     return _Backends(
         kv_dtype=kv,
         prefill=prefill,
         decode=decode,
         behaviour=behaviour,
         error=error,
+        failing_role=failing_role,
         prefill_rule=prefill_rule,
         decode_rule=decode_rule,
         nan_rules=tuple(r for r in (prefill_rule, decode_rule) if r.nan_min_batch is not None),
@@ -358,6 +361,7 @@ def resolve_launch(
         decode_backend=backends.decode,
         behaviour=backends.behaviour,
         unsupported_error=backends.error,
+        failing_role=backends.failing_role,
         prefill_factor=backends.prefill_rule.prefill_factor,
         decode_factor=backends.decode_rule.decode_factor,
         nan_min_batch=min((r.nan_min_batch or 1) for r in nan_rules) if nan_rules else None,
