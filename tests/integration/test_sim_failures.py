@@ -13,8 +13,7 @@ import httpx
 import pytest
 from support.sim import REPO, pid_alive, poll
 
-from tuner.config import Phase
-from tuner.config import Outcome
+from tuner.config import Outcome, Phase
 from tuner.sglang.log_classify import classify_failure
 
 pytestmark = pytest.mark.integration
