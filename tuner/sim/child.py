@@ -106,8 +106,8 @@ def _real_oom(job: ChildJob, where: str, message: str) -> str:
     return line
 
 
-def _fail(job: ChildJob, where: str, error: str) -> None:
-    log.error(logfmt.scheduler_exception(where, error))
+def _fail(job: ChildJob, where: str, error: str, inner: tuple[tuple[str, int, str], ...] = ()) -> None:
+    log.error(logfmt.scheduler_exception(where, error, inner))
     _quit_parent(job)
 
 
@@ -185,18 +185,13 @@ def startup(job: ChildJob, mem: _Memory) -> dict[str, Any]:
     if launch.behaviour == "unsupported":
         role = launch.failing_role
         backend = {"prefill": launch.prefill_backend, "decode": launch.decode_backend}.get(role or "")
-        where = "capture" if launch.graphs else "forward"
-        log.error(
-            logfmt.scheduler_exception(
-                where,
-                launch.unsupported_error or logfmt.no_kernel_for_device(s.platform),
-                # the kernel fails inside the backend's own file, as a real traceback shows
-                logfmt.attention_frames(
-                    backend, role, sparse=s.model.sparse_attention, capture=launch.graphs
-                ),
-            )
+        _fail(
+            job,
+            "capture" if launch.graphs else "forward",
+            launch.unsupported_error or logfmt.no_kernel_for_device(s.platform),
+            # the kernel fails inside the backend's own file, as a real traceback shows
+            logfmt.attention_frames(backend, role, sparse=s.model.sparse_attention, capture=launch.graphs),
         )
-        _quit_parent(job)
     if launch.graphs:
         _capture(job, mem)
     elif inject.hang_at == "capture":
