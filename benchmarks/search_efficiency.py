@@ -37,13 +37,14 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import json
 import multiprocessing
 import random
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -349,6 +350,43 @@ def _family_cells(
     return f"{shown:<6} {share:<5.2f} {pick:<7.1f} {worst:<6.1f} {hv:<6.2f} {wasted:<7g} {bad:<4g}"
 
 
+def paired(scores: Sequence[Score], base: str, others: Sequence[str], budget: int) -> list[str]:
+    """Each strategy against `base` run by run (same landscape, same seed): the mean difference in
+    launches to 2% (a miss counted as budget + 1) and in pick, with a 95% interval from resampling
+    whole landscapes -- a finer test than the medians of medians, which move by whole launches."""
+    by = {(s.strategy, s.scenario, s.seed): s for s in scores}
+    lines = [f"\npaired against {base}: mean difference per run [95% interval over landscapes]"]
+    lines.append(f"  {'family':<14}{'strategy':<12}{'to 2% (launches)':<26}{'pick (points of %)':<26}runs")
+    rng = random.Random(0)
+    for fam in [*sorted({family(s.scenario) for s in scores}), "all"]:
+        for other in others:
+            per: dict[str, list[tuple[float, float]]] = {}
+            for (st, sc, seed), mine in by.items():
+                ref = by.get((base, sc, seed))
+                if st != other or ref is None or (fam != "all" and family(sc) != fam):
+                    continue
+                to = lambda x: x.to_best if x.to_best is not None else budget + 1  # noqa: E731
+                per.setdefault(sc, []).append((to(mine) - to(ref), mine.pick - ref.pick))
+            if not per:
+                continue
+            names = sorted(per)
+            runs = [d for n in names for d in per[n]]
+
+            def mean_of(rows: list[tuple[float, float]], i: int) -> float:
+                return statistics.fmean(r[i] for r in rows)
+
+            boots = []
+            for _ in range(1000):
+                pick = [d for n in rng.choices(names, k=len(names)) for d in per[n]]
+                boots.append((mean_of(pick, 0), mean_of(pick, 1)))
+            cells = []
+            for i in (0, 1):
+                lo, hi = sorted(b[i] for b in boots)[25], sorted(b[i] for b in boots)[974]
+                cells.append(f"{mean_of(runs, i):+.2f} [{lo:+.2f}..{hi:+.2f}]")
+            lines.append(f"  {fam:<14}{other:<12}{cells[0]:<26}{cells[1]:<26}{len(runs)}")
+    return lines
+
+
 def ask_times(name: str, kind: str, trials: int = 200) -> str:
     """Seconds per ask (the sampler's choice and the policy's screen) near trial 50 and trial `trials`.
 
@@ -407,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also the generated landscapes of this split (tuner.sim.generate; default: test)",
     )
     parser.add_argument("--gen-count", type=int, default=None, help="only the first N generated seeds")
+    parser.add_argument("--dump", default=None, help="also every run's figures as JSON lines to this file")
     parser.add_argument("--quick", action="store_true", help="3 seeds, 5 generated landscapes")
     parser.add_argument("--no-shipped", action="store_true", help="generated landscapes only")
     parser.add_argument(
@@ -480,6 +519,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("\n".join(report(scores, args.budget, strategies)))
     print("\n".join(summary(scores, args.budget, strategies, args.long_budget)))
+    if args.dump:
+        with open(args.dump, "w", encoding="utf-8") as out:
+            for sc in scores:
+                out.write(json.dumps({**asdict(sc), "family": family(sc.scenario)}) + "\n")
+    if len(strategies) > 1:
+        print("\n".join(paired(scores, strategies[0], strategies[1:], args.budget)))
     print(f"\n{len(jobs)} runs in {time.monotonic() - started:.0f} s ({min(args.jobs, 2)} processes)")
     return 0
 

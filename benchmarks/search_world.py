@@ -17,7 +17,10 @@ Gaussian factor per launch, σ = noise_pct, clipped to ±10%, as the live simula
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import pickle
 import random
 import tempfile
 from collections.abc import Mapping
@@ -99,7 +102,15 @@ class World:
         self._by_key: dict[str, Shot] = {}
         self._logs: dict[tuple[Any, ...], Failure] = {}
         self.points: list[Point] = list(self.sim.points())
+        cache = _shot_cache(path, self.scenario)
+        if cache.exists():
+            self._by_key = pickle.loads(cache.read_bytes())
         self.shots = [self.shot(p) for p in self.points]
+        if not cache.exists():
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            part = cache.with_suffix(f".{os.getpid()}.part")
+            part.write_bytes(pickle.dumps(self._by_key))
+            part.replace(cache)
         ok = [s for s in self.shots if s.feasible]
         self.best = max(s.throughput for s in ok)
         self.front_hv = hypervolume([(s.throughput, float(s.kv_tokens)) for s in ok])
@@ -343,6 +354,25 @@ WORLD_FILES = {
     "glm5-nvfp4-b200-tp4": "glm5-nvfp4-b200-tp4-sim.yaml",
     "tiny-fast": "tiny-fast-sim.yaml",
 }
+
+
+# every source that renders a launch or answers it
+_ORACLE_CODE = (
+    "tuner/sim", "tuner/sglang", "tuner/space", "tuner/knobs", "tuner/config.py", "tuner/session.py",
+    "tuner/engine.py",
+)  # fmt: skip
+
+
+def _shot_cache(path: Path, scenario: object) -> Path:
+    """Where a world's oracle answers are kept between runs: keyed by the space file, the scenario and
+    every source file that renders a launch or answers it (a change to any of them builds afresh)."""
+    digest = hashlib.sha256(path.read_bytes() + repr(scenario).encode())
+    for part in _ORACLE_CODE:
+        root = ROOT / part
+        for f in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            digest.update(f.read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return Path(tempfile.gettempdir()) / "tuner-world-shots" / f"{digest.hexdigest()[:24]}.pkl"
 
 
 def world(name: str) -> World:

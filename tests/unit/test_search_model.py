@@ -10,11 +10,11 @@ import numpy as np
 import optuna
 import pytest
 
-from tuner.search import feasible
+from tuner.search import feasible, sampler
 from tuner.search.acquire import log_ehvi, log_expected_excess, log_norm_cdf, log_scores
 from tuner.search.candidates import Block
 from tuner.search.feasible import Mechanism, Outcome, log_p_feasible, mechanism_of
-from tuner.search.sampler import _seen
+from tuner.search.sampler import _seen, relative_margin
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features, fit_predict
 
@@ -129,6 +129,37 @@ def test_relevance_is_learnt_per_knob() -> None:
     weights = dict(zip((b.name for b in BLOCKS), post.weights, strict=True))
     assert weights["sparse_backends"] > 2 * weights["kv-cache-dtype"]
     assert weights["sparse_backends"] > 2 * weights["mem-fraction-static"]
+
+
+def test_the_averaged_model_is_unsure_of_an_unseen_level_of_the_knob_that_matters() -> None:
+    # pairs 0-2 measured at every graph setting: the pair moves the target by 0.5-1, graphs not at all
+    rows = [row(4, g, p, 0) for p in range(3) for g in range(4)]
+    y = np.asarray([[0.0, 1.0, -0.5][GRID[i][2]] for i in rows])
+    test = FEATURES.take([row(4, 1, 3, 0), row(4, 2, 0, 0)])  # pair 3 never measured; pair 0 is known
+    for average in (False, True):
+        post = fit_predict(FEATURES.take(rows), y, test, BLOCKS, average=average)
+        assert post.sd[0] > 3 * post.sd[1]
+
+
+def test_a_known_benchmark_noise_is_not_read_as_knob_effects() -> None:
+    # one configuration per fraction, each measured twice 5% apart: the fraction does nothing
+    rows = [row(f, 0, 0, 0) for f in range(0, 9, 2) for _ in range(2)]
+    y = np.asarray([0.025 * (-1) ** i for i in range(len(rows))])
+    post = fit_predict(FEATURES.take(rows), y, FEATURES.take(rows), BLOCKS, scale=0.15,
+                       noise_sd=(0.008, 0.015, 0.025, 0.04, 0.07))  # fmt: skip
+    assert post.noise * 0.15**2 >= 0.015**2  # the pairs' spread is noise, not interpolated
+    assert np.max(np.abs(post.mean)) < 0.02  # every fraction predicted alike
+
+
+def test_with_the_option_slo_margins_are_log_ratios_to_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert relative_margin("tpot_p50_ms<=40", 10.0) == 10.0  # off by default: as measured
+    monkeypatch.setattr(sampler, "RELATIVE_MARGINS", True)
+    assert relative_margin("tpot_p50_ms<=40", 10.0) == pytest.approx(math.log(50 / 40))
+    assert relative_margin("tpot_p50_ms<=40", -20.0) == pytest.approx(math.log(20 / 40))
+    assert relative_margin("min_free_vram_mib>=1000", 500.0) == pytest.approx(math.log(1000 / 500))
+    assert relative_margin("min_free_vram_mib>=1000", -1000.0) == pytest.approx(math.log(1000 / 2000))
+    assert relative_margin("slo_attainment>=0", 0.5) == 0.5  # no ratio to a bound of 0: as measured
+    assert relative_margin("not an slo", 3.0) == 3.0
 
 
 def test_a_pending_launch_shrinks_the_uncertainty_near_it_and_keeps_the_mean() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.config import CudaGraph, Outcome, TrialConfig
+from tuner.search import rules
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.rules import RuleKind, contradicts, covering, derive_rules, rules_from
 
@@ -304,3 +305,34 @@ def test_every_rule_kind_reads_what_it_covers_and_what_disproves_it_from_its_tab
         rules_module.RULE_KINDS, RuleKind.OOM_SERVING, rules_module.KindSpec(row.region, "ready")
     )
     assert contradicts(rule, came_up_then_died)  # the row alone changed what disproves it
+
+
+@pytest.fixture
+def graph_nan_from_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measured option: a NaN in captured graphs rules out graphs from its max bs up only."""
+    monkeypatch.setattr(rules, "GRAPH_NAN_FROM_SIZE", True)
+
+
+@pytest.mark.usefixtures("graph_nan_from_size")
+def test_with_the_option_nan_in_captured_graphs_spares_eager_decode_and_smaller_graphs() -> None:
+    pair, kv = ("flashmla_sparse", "flashmla_kv"), "fp8_e4m3"
+    (rule,) = derive_rules([ev(2, config(f=0.85, graphs=128, pair=pair, kv=kv), Outcome.NAN)])
+    assert (rule.graphs, rule.graph_max_bs) == (True, 128) and "max bs >= 128" in rule.describe()
+    assert covered((rule,), config(f=0.8, graphs=256, pair=pair, kv=kv))
+    assert not covered((rule,), config(f=0.8, pair=pair, kv=kv))
+    assert not covered((rule,), config(f=0.8, graphs=64, pair=pair, kv=kv))
+    assert not covered((rule,), config(f=0.8, graphs=256, pair=pair, kv="bfloat16"))
+    big = ev(3, config(f=0.8, graphs=256, pair=pair, kv=kv), Outcome.OK)  # a larger size passes: dropped
+    assert derive_rules([ev(2, config(f=0.85, graphs=128, pair=pair, kv=kv), Outcome.NAN), big]) == ()
+
+
+@pytest.mark.usefixtures("graph_nan_from_size")
+def test_with_the_option_nan_in_eager_decode_still_covers_every_graph_setting_until_graphs_pass() -> None:
+    pair = ("x", "y")
+    eager_nan = ev(1, config(pair=pair), Outcome.NAN)
+    (rule,) = derive_rules([eager_nan])
+    assert rule.graphs is None
+    for graphs in (None, 8, 256):
+        assert covered((rule,), config(f=0.8, graphs=graphs, pair=pair))
+    (rule,) = derive_rules([eager_nan, ev(2, config(graphs=32, pair=pair), Outcome.OK)])
+    assert (rule.graphs, rule.graph_max_bs, rule.evidence) == (False, None, 1)

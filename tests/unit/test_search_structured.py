@@ -10,6 +10,7 @@ import numpy as np
 import optuna
 import pytest
 
+from tuner.search import candidates as candidates_module
 from tuner.search.acquire import ehvi, expected_excess, hypervolume, norm_cdf, scores
 from tuner.search.candidates import Block, candidates, params_key
 from tuner.search.sampler import StructuredSampler
@@ -132,6 +133,47 @@ def test_the_candidates_of_a_shipped_space_are_its_points_with_pairs_only_from_i
     assert len(set(found.keys)) == len(found.keys)
     assert params_key(found.params[0]) == found.keys[0]
     assert len(found.cat[0]) == 5 and len(found.num[0]) == 2  # pair: 3 columns, graphs: 2 + batch size
+
+
+def test_with_the_option_graphs_are_featured_by_the_share_of_the_running_batch_they_cover(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(candidates_module, "COVERAGE", True)
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    found = candidates(space)
+    batch = max(lp.concurrency or 0 for lp in space.bench.load_points)
+    assert batch > 0
+    for params, num in zip(found.params, found.num, strict=True):
+        graphs, cover = str(params["cuda_graph"]), num[2]
+        if graphs == "off":
+            assert cover == 0.0
+        elif graphs.startswith("max:"):
+            assert cover == pytest.approx(min(1.0, int(graphs[4:]) / batch))
+
+
+def test_the_running_cap_bounds_the_batch_the_graphs_must_cover(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(candidates_module, "COVERAGE", True)
+    text = (ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml").read_text()
+    capped = text.replace(
+        "  - name: sparse_backends\n",
+        "  - name: max-running-requests\n    kind: categorical\n    choices: [32, 128]\n"
+        "  - name: sparse_backends\n",
+    )
+    baseline = "sparse_backends: flashmla_kv/flashmla_kv}"
+    capped = capped.replace(baseline, baseline[:-1] + ", max-running-requests: 128}")
+    assert capped != text
+    (tmp_path / "space.yaml").write_text(capped)
+    space = load_space(tmp_path / "space.yaml")
+    found = candidates(space)
+    cover = {
+        (str(p["cuda_graph"]), p["max-running-requests"]): n[2]
+        for p, n in zip(found.params, found.num, strict=True)
+    }
+    assert cover[("max:64", 128)] == pytest.approx(0.5)  # 128 clients, 128 running: half the batch
+    assert cover[("max:64", 32)] == 1.0  # at most 32 running: graphs of 64 cover every batch
+    assert cover[("off", 32)] == 0.0
 
 
 def _ask(study: optuna.Study, space: SearchSpace) -> dict[str, object]:

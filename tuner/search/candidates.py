@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tuner.space.loader import SearchSpace
 
 GRID = 9  # points of a range without a step
+COVERAGE = False  # graphs also featured by the share of the running batch they cover (_coverage)
 MAX_CANDIDATES = 6000
 
 
@@ -179,6 +180,9 @@ def _layout(space: SearchSpace) -> tuple[tuple[Block, ...], tuple[list[_Column],
             sizes = [s for s in (_graph_bs(v) for v in values) if s]
             if len(sizes) > 1:
                 num_cols.append((p, "graph_bs", (math.log(min(sizes)), math.log(max(sizes)), True)))
+            batch = running_batch(space)
+            if sizes and batch and COVERAGE:
+                num_cols.append((p, "graph_cover", (float(batch), 0.0, False)))
         elif p.kind in (ParamKind.FLOAT, ParamKind.INT):
             assert p.low is not None and p.high is not None
             log = p.log and float(p.low) > 0
@@ -231,6 +235,30 @@ def _graph_bs(value: Any) -> int | None:
     return None
 
 
+def running_batch(space: SearchSpace) -> int | None:
+    """The decode batch a closed-loop benchmark keeps running: its largest concurrency (None: an open
+    loop only, whose batch the request rate sets)."""
+    found = [lp.concurrency for lp in space.bench.load_points if lp.concurrency]
+    return max(found) if found else None
+
+
+def _coverage(params: Mapping[str, Any], value: Any, batch: float, caps: list[Param]) -> float:
+    """The share of the running decode batch the captured graphs cover: SGLang replays a graph only
+    for a batch no larger than the largest captured one and runs larger batches eagerly, so what
+    counts is the largest captured batch against the batch that runs (the benchmark's concurrency,
+    capped by max running requests). -1: SGLang's own default list (its size is the release's)."""
+    bs = _graph_bs(value)
+    if str(value) == "off":
+        return 0.0
+    if not bs:
+        return -1.0
+    for cap in caps:
+        limit = params.get(cap.name)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            batch = min(batch, float(limit))
+    return min(1.0, bs / batch)
+
+
 def _features(
     params: Mapping[str, Any], columns: tuple[list[_Column], list[_Column]]
 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
@@ -255,6 +283,11 @@ def _features(
             nums.append(-1.0)
             continue
         v = params[p.name]
+        if how == "graph_cover":
+            caps = [q for q, h, _ in num_cols if h != "graph_cover" and role_of(q) == "running"]
+            caps += [q for q, h, _ in cat_cols if h == "level" and role_of(q) == "running"]
+            nums.append(_coverage(params, v, span[0], caps))
+            continue
         x = _number(p, how, v)
         low, high, log = span
         if how == "graph_bs" and x <= 0:

@@ -81,6 +81,7 @@ LABEL_NOISE = 0.25  # c in Phi(mean / sqrt(c + var))
 MONOTONE = False  # memory feasibility projected onto the functions monotone in memory demand (monotone.py)
 SPLIT_ROLES = True  # numerics and support: the prefill and decode backends as knobs of their own
 KV_MAIN = True  # numerics: the KV dtype also as a main effect beside its interactions with the backends
+SLO_AVERAGE = False  # the SLO margins' models averaged over the knobs' relevance (surrogate.fit_predict)
 NUMERICS_BY_KV = False  # numerics: each backend feature as an interaction with the KV dtype (numerics_blocks)
 
 
@@ -253,6 +254,8 @@ def _log_slo(features: Features, blocks: Sequence[Block], seen: Sequence[Outcome
         if np.all(m <= 0) and len(m) < 3:
             continue  # met everywhere so far: too little to say where it stops holding
         spread = max(float(np.std(m)), float(np.median(np.abs(m))), 1e-6)
-        post = fit_predict(train, m, test, blocks, prior_mean=float(np.mean(m)), scale=spread)
+        post = fit_predict(
+            train, m, test, blocks, prior_mean=float(np.mean(m)), scale=spread, average=SLO_AVERAGE
+        )
         out += log_norm_cdf(-post.mean / np.maximum(post.sd, 1e-9 + 0.05 * spread))
     return out

@@ -28,6 +28,12 @@ an OOM there holds for larger chunks and more running requests too. NaN that onl
 graphs show grows with the batch sizes captured: a pair that passed with graphs at max bs 8 and
 gave NaN at max bs 32 is ruled out with graphs at max bs >= 32, never below a size that passed.
 
+With GRAPH_NAN_FROM_SIZE (off: measured no better on the training landscapes, docs/design.md) a
+NaN in captured graphs starts at that narrowest scope -- graphs on from the failure's max bs up --
+since wrong numbers there may be the capture's own (a bug of some captured batch size) and say
+nothing of eager decode; a NaN in eager decode still covers every graph setting. By default a
+broken pair starts wide: most wrong numbers are the kernels' own, and eager decode then fails too.
+
 Each scope is the knob's own (`Knob.scopes` and `Knob.size` in tuner.knobs: the fraction, the
 CUDA graphs, the KV dtype, the chunk and the running cap each say, per rule kind, whether the rule
 holds them equal, for any value, or from the failure's size up or down); this module names no
@@ -60,6 +66,8 @@ from tuner.search.evidence import (
     scope_of,
     size_of,
 )
+
+GRAPH_NAN_FROM_SIZE = False  # a NaN in captured graphs rules out graphs from the failing max bs up only
 
 
 class RuleKind(str, Enum):
@@ -242,8 +250,12 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
     if ev.outcome in GATE_OUTCOMES:
         if k.prefill is None and k.decode is None:
             return ()
+        # wrong numbers in eager decode are the kernels' own, so every graph setting; in captured graphs
+        # they may be the capture's (a graph-only bug of some batch size): graphs on from that size up
+        on = bool(k.graphs) and GRAPH_NAN_FROM_SIZE
         rule = Rule(
             kind=RuleKind.PAIR, pair=(k.prefill, k.decode), others=_held(RuleKind.PAIR, k.others),
+            graphs=True if on else None, graph_max_bs=k.graph_max_bs if on else None,
             evidence=ev.trial, line=line, outcome=ev.outcome, confidence=0.9,
         )  # fmt: skip
         return (rule,)

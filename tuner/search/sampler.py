@@ -14,6 +14,7 @@ fine grid keeps finding new launches until the grid is spent.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from tuner.space.loader import SearchSpace
 
 PolicyOf = Callable[[Sequence[FrozenTrial]], Policy]
+RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_margin)
+_SLO_NAME = re.compile(r"([a-z0-9_]+)(<=|>=|<|>)(-?[0-9.]+(?:e-?[0-9]+)?)")  # Slo.name: "tpot_p50_ms<=40"
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
 _CACHE: dict[int, tuple[Any, Candidates, Features]] = {}  # id(space) -> (space, candidates, features)
 
@@ -186,7 +189,10 @@ def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> S
     measured = failed is None
     first = _better(values[0], directions[0]) if measured and values else None
     second = _better(values[1], directions[1]) if first is not None and len(values) > 1 else None
-    margins = tuple(float(v) for k, v in sorted(attrs.items()) if k.startswith("c_slo:") and _number(v))
+    margins = tuple(
+        relative_margin(k.removeprefix("c_slo:"), float(v))
+        for k, v in sorted(attrs.items()) if k.startswith("c_slo:") and _number(v)
+    )  # fmt: skip
     if measured and not attrs.get("feasible") and not any(m > 0 for m in margins):
         failed = Mechanism.OTHER  # infeasible for a reason the margins do not show
     return Seen(
@@ -194,6 +200,21 @@ def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> S
         feasible=bool(attrs.get("feasible")), trial=t.number, failed=failed,
         margins=margins if measured and margins else None,
     )  # fmt: skip
+
+
+def relative_margin(name: str, margin: float) -> float:
+    """An SLO's margin (the distance past its bound, <= 0 met) as the log of the measured value over the
+    bound, oriented the same way: latencies and memory scale by knob effects (a larger batch multiplies
+    the step time), so their logs are close to additive in the knobs, as the surrogate's kernel says.
+    `name` is the SLO's ("tpot_p50_ms<=40"); the margin is kept as it is when either side is not > 0."""
+    match = _SLO_NAME.fullmatch(name)
+    if match is None or not RELATIVE_MARGINS:
+        return margin
+    op, bound = match.group(2), float(match.group(3))
+    value = bound + margin if op in ("<=", "<") else bound - margin
+    if bound <= 0 or value <= 0:
+        return margin
+    return math.log(value / bound) if op in ("<=", "<") else math.log(bound / value)
 
 
 def _number(v: object) -> bool:

@@ -37,6 +37,10 @@ ARD_MIN_N = 6  # fewer observations cannot tell a knob's relevance: equal weight
 ARD_STEPS = (0.25, 4.0)  # multiplicative moves of one weight per coordinate-ascent step
 ARD_SWEEPS = 2
 ARD_PRIOR_SD = 1.0  # log w_j ~ N(0, ARD_PRIOR_SD^2)
+RELEVANT = 4.0  # model averaging: a knob that matters RELEVANT times the others' weight (or 1 / RELEVANT)
+AVERAGE_TOP = 4  # ... over at most this many settings
+AVERAGE_MASS = 0.95  # ... holding this share of their posterior probability
+NOISE_PRIOR_SD = 0.7  # log noise sd ~ N(log middle of the candidates, NOISE_PRIOR_SD^2), when given
 Array = NDArray[np.float64]
 
 
@@ -110,12 +114,23 @@ def fit_predict(
     scale: float | None = None,
     ard: bool = True,
     pending: Features | None = None,
+    noise_sd: Sequence[float] | None = None,
+    average: bool = False,
 ) -> Posterior:
     """Fit on (train, y) and predict at `test`; hyperparameters by marginal likelihood on a grid.
 
     The prior mean and scale default to the targets' mean and spread (standardised targets).
     `pending`: configurations launched but not yet measured; they are conditioned on as if they had
     measured what the model predicts for them (the mean stays, the uncertainty near them shrinks).
+    `noise_sd`: the measurement noise in target units when it is known a priori (a benchmark's
+    run-to-run spread): candidate noise sds, weighed by a log-normal prior around their geometric
+    middle (NOISE_PRIOR_SD), instead of the relative NOISES grid chosen by likelihood alone -- which,
+    with a handful of launches, explains the noise away as knob effects.
+    `average`: instead of the one most likely setting, average the predictions over the knobs'
+    relevance (equal, or one knob RELEVANT times the others, or 1 / RELEVANT) and the noise, each
+    weighed by its marginal likelihood times its prior (Bayesian model averaging): a few launches
+    cannot tell which knob matters, and a single fitted guess makes the model sure of what it has
+    not seen (a backend pair never measured looks like the average of those that were).
     """
     n = len(y)
     centre = float(np.mean(y)) if prior_mean is None else prior_mean
@@ -125,36 +140,111 @@ def fit_predict(
     numeric = any(b.num for b in blocks)
     best: tuple[float, float, float, float] | None = None
     cached: dict[float, list[Array]] = {}
+    noises = _noise_grid(noise_sd, scale)
     for length in LENGTHS if numeric else LENGTHS[:1]:
         cached[length] = knob_kernels(train, train, blocks, length)
         for share in SHARES if len(blocks) > 1 else (0.0,):
             k = combine(cached[length], share)
-            for noise in NOISES:
-                lml = _log_marginal(k, z, noise)
+            for noise, log_prior in noises:
+                lml = _log_marginal(k, z, noise) + log_prior
                 if best is None or lml > best[0]:
                     best = (lml, length, share, noise)
     assert best is not None
     lml, length, share, noise = best
     k_train = cached[length]
-    weights = _relevances(k_train, z, share, noise, lml) if ard and n >= ARD_MIN_N else np.ones(len(k_train))
-    k = combine(k_train, share, weights) + noise * np.eye(n)
-    chol = np.linalg.cholesky(k + 1e-9 * np.eye(n))
-    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
-    cross = combine(knob_kernels(test, train, blocks, length), share, weights)
-    mean = cross @ alpha
+    if average and len(k_train) > 1:
+        settings = _averaged(k_train, z, share, noises)
+    else:
+        fitted = ard and n >= ARD_MIN_N
+        weights = _relevances(k_train, z, share, noise, lml) if fitted else np.ones(len(k_train))
+        settings = [(1.0, weights, noise)]
+    k_test = knob_kernels(test, train, blocks, length)
+    k_all = k_both = None
     if pending is not None and pending.cat.shape[0] > 0:
         both = Features(
             cat=np.concatenate([train.cat, pending.cat]), num=np.concatenate([train.num, pending.num])
         )
-        k_all = combine(knob_kernels(both, both, blocks, length), share, weights)
-        chol = np.linalg.cholesky(k_all + (noise + 1e-9) * np.eye(k_all.shape[0]))
-        cross = combine(knob_kernels(test, both, blocks, length), share, weights)
-    v = np.linalg.solve(chol, cross.T)
-    var = np.maximum(1.0 - np.sum(v * v, axis=0), 1e-9)  # prior variance of every point is 1
+        k_all = knob_kernels(both, both, blocks, length)
+        k_both = knob_kernels(test, both, blocks, length)
+    first = np.zeros(len(test.cat))
+    second = np.zeros(len(test.cat))
+    for p, weights, noise_h in settings:
+        mean, var = _predict(k_train, k_test, z, share, weights, noise_h, k_all, k_both)
+        first += p * mean
+        second += p * (var + mean * mean)
+    var = np.maximum(second - first * first, 1e-9)
+    top = settings[0]
     return Posterior(
-        mean=centre + scale * mean, sd=scale * np.sqrt(var), share=share, noise=noise,
-        weights=tuple(float(w) for w in weights),
+        mean=centre + scale * first, sd=scale * np.sqrt(var), share=share, noise=top[2],
+        weights=tuple(float(w) for w in top[1]),
     )  # fmt: skip
+
+
+def _predict(
+    k_train: Sequence[Array],
+    k_test: Sequence[Array],
+    z: Array,
+    share: float,
+    weights: Array,
+    noise: float,
+    k_all: Sequence[Array] | None,
+    k_both: Sequence[Array] | None,
+) -> tuple[Array, Array]:
+    """Standardised posterior mean and variance at the test rows for one setting of the kernel."""
+    n = len(z)
+    k = combine(k_train, share, weights) + noise * np.eye(n)
+    chol = np.linalg.cholesky(k + 1e-9 * np.eye(n))
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
+    cross = combine(k_test, share, weights)
+    mean: Array = cross @ alpha
+    if k_all is not None and k_both is not None:
+        full = combine(k_all, share, weights)
+        chol = np.linalg.cholesky(full + (noise + 1e-9) * np.eye(full.shape[0]))
+        cross = combine(k_both, share, weights)
+    v = np.linalg.solve(chol, cross.T)
+    var: Array = np.maximum(1.0 - np.sum(v * v, axis=0), 1e-9)  # prior variance of every point is 1
+    return mean, var
+
+
+def _averaged(
+    kernels: Sequence[Array], z: Array, share: float, noises: Sequence[tuple[float, float]]
+) -> list[tuple[float, Array, float]]:
+    """(posterior probability, relevances, noise) of the settings averaged over, most probable first:
+    at most AVERAGE_TOP of them, holding AVERAGE_MASS of the probability."""
+    j = len(kernels)
+    options = [np.ones(j)]
+    for i in range(j):
+        for step in (RELEVANT, 1.0 / RELEVANT):
+            w = np.ones(j)
+            w[i] = step
+            options.append(w / np.exp(np.mean(np.log(w))))
+    scored: list[tuple[float, Array, float]] = []
+    for w in options:
+        k = combine(kernels, share, w)
+        for noise, log_prior in noises:
+            scored.append((_log_marginal(k, z, noise) + log_prior - _log_prior(w), w, noise))
+    scored.sort(key=lambda t: -t[0])
+    top = scored[0][0]
+    probs = np.exp(np.asarray([s for s, _, _ in scored]) - top)
+    probs /= probs.sum()
+    kept: list[tuple[float, Array, float]] = []
+    mass = 0.0
+    for p, (_, w, noise) in zip(probs, scored, strict=True):
+        kept.append((float(p), w, noise))
+        mass += float(p)
+        if mass >= AVERAGE_MASS or len(kept) >= AVERAGE_TOP:
+            break
+    return [(p / mass, w, noise) for p, w, noise in kept]
+
+
+def _noise_grid(noise_sd: Sequence[float] | None, scale: float) -> list[tuple[float, float]]:
+    """(noise variance in standardised units, log prior) per candidate noise."""
+    if not noise_sd:
+        return [(n, 0.0) for n in NOISES]
+    middle = float(np.exp(np.mean(np.log(noise_sd))))
+    return [
+        ((sd / scale) ** 2, -(math.log(sd / middle) ** 2) / (2 * NOISE_PRIOR_SD**2)) for sd in noise_sd
+    ]
 
 
 def _relevances(kernels: Sequence[Array], z: Array, share: float, noise: float, start: float) -> Array:
