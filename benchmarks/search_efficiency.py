@@ -354,8 +354,11 @@ def paired(scores: Sequence[Score], base: str, others: Sequence[str], budget: in
     """Each strategy against `base` run by run (same landscape, same seed): the mean difference in
     launches to 2% (a miss counted as budget + 1) and in pick, with a 95% interval from resampling
     whole landscapes -- a finer test than the medians of medians, which move by whole launches."""
-    by = {(s.strategy, s.scenario, s.seed): s for s in scores}
-    lines = [f"\npaired against {base}: mean difference per run [95% interval over landscapes]"]
+    by = {(s.strategy, s.scenario, s.seed): s for s in scores if s.budget == budget}
+    lines = [
+        f"\npaired against {base} at {budget} launches: mean difference per run "
+        "[95% interval over landscapes]"
+    ]
     lines.append(f"  {'family':<14}{'strategy':<12}{'to 2% (launches)':<26}{'pick (points of %)':<26}runs")
     rng = random.Random(0)
     for fam in [*sorted({family(s.scenario) for s in scores}), "all"]:
@@ -524,7 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for sc in scores:
                 out.write(json.dumps({**asdict(sc), "family": family(sc.scenario)}) + "\n")
     if len(strategies) > 1:
-        print("\n".join(paired(scores, strategies[0], strategies[1:], args.budget)))
+        for b in budgets:
+            print("\n".join(paired(scores, strategies[0], strategies[1:], b)))
     print(f"\n{len(jobs)} runs in {time.monotonic() - started:.0f} s ({min(args.jobs, 2)} processes)")
     return 0
 
