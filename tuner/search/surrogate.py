@@ -166,13 +166,16 @@ def fit_predict(
         )
         k_all = knob_kernels(both, both, blocks, length)
         k_both = knob_kernels(test, both, blocks, length)
-    first = np.zeros(len(test.cat))
-    second = np.zeros(len(test.cat))
-    for p, weights, noise_h in settings:
-        mean, var = _predict(k_train, k_test, z, share, weights, noise_h, k_all, k_both)
-        first += p * mean
-        second += p * (var + mean * mean)
-    var = np.maximum(second - first * first, 1e-9)
+    if len(settings) == 1:
+        first, var = _predict(k_train, k_test, z, share, settings[0][1], settings[0][2], k_all, k_both)
+    else:  # the mixture's mean and variance
+        first = np.zeros(len(test.cat))
+        second = np.zeros(len(test.cat))
+        for p, weights, noise_h in settings:
+            mean, var = _predict(k_train, k_test, z, share, weights, noise_h, k_all, k_both)
+            first += p * mean
+            second += p * (var + mean * mean)
+        var = np.maximum(second - first * first, 1e-9)
     top = settings[0]
     return Posterior(
         mean=centre + scale * first, sd=scale * np.sqrt(var), share=share, noise=top[2],
