@@ -161,6 +161,19 @@ def _tweak(settings: Sequence[tuple[str, str]]) -> list[tuple[object, str, objec
     return undo
 
 
+def split_settings(text: str) -> list[str]:
+    """A variant's settings split at the commas outside brackets: "a.X=1,b.Y=(0.1, 0.2)" -> 2 settings."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return [x for x in out if x]
+
+
 def _value_like(old: object, text: str) -> object:
     """A --tweak value read as the constant's type: a bool from true/false (or 1/0), a tuple from its
     Python literal, a number or string as written."""
@@ -480,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _tweak([tuple(item.split("=", 1)) for item in args.tweak])  # type: ignore[misc]
     for item in args.variant:
         label, _, settings = item.partition(":")
-        VARIANTS[label] = [tuple(x.split("=", 1)) for x in settings.split(",") if x]  # type: ignore[misc]
+        VARIANTS[label] = [tuple(x.split("=", 1)) for x in split_settings(settings)]  # type: ignore[misc]
     if args.quick:
         args.seeds, args.gen_count = min(args.seeds, 3), args.gen_count or 5
     scenarios = args.scenario or [*SCENARIOS, *(["tiny-fast"] if args.tiny else [])]

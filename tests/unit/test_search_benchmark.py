@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from search_efficiency import score  # benchmarks/ is on the test path (pyproject.toml)
+from search_efficiency import score, split_settings  # benchmarks/ is on the test path (pyproject.toml)
 from search_strategies import STRATEGIES
 from search_world import World, world
 
@@ -58,3 +58,9 @@ def test_a_tweak_reads_a_bool_and_a_tuple_as_the_constant_it_sets() -> None:
     assert feasible.SPLIT_ROLES is True and surrogate.LENGTHS != (0.2, 0.9)
     with pytest.raises(SystemExit, match="not a bool"):
         _tweak([("feasible.SPLIT_ROLES", "maybe")])
+
+
+def test_a_variant_setting_may_carry_a_tuple() -> None:
+    got = split_settings("strategy.NOISE_SD=(0.01, 0.02),strategy.AVERAGE=true,")
+    assert got == ["strategy.NOISE_SD=(0.01, 0.02)", "strategy.AVERAGE=true"]
+    assert split_settings("") == []
