@@ -206,7 +206,8 @@ def relative_margin(name: str, margin: float) -> float:
     """An SLO's margin (the distance past its bound, <= 0 met) as the log of the measured value over the
     bound, oriented the same way: latencies and memory scale by knob effects (a larger batch multiplies
     the step time), so their logs are close to additive in the knobs, as the surrogate's kernel says.
-    `name` is the SLO's ("tpot_p50_ms<=40"); the margin is kept as it is when either side is not > 0."""
+    `name` is the SLO's ("tpot_p50_ms<=40"); the margin is kept as it is when either side is not > 0,
+    and always unless RELATIVE_MARGINS (a measured option, off: docs/design.md)."""
     match = _SLO_NAME.fullmatch(name)
     if match is None or not RELATIVE_MARGINS:
         return margin

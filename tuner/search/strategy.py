@@ -44,10 +44,11 @@ MIN_SPREAD = 0.15  # log-objective spread assumed before the launches show one (
 EXPLORE = 3.0  # posterior variance inflation at the start of the budget, falling linearly to 0
 TEMPERATURE = 0.15  # Gumbel-max temperature on the log score (0: always the argmax)
 PRIOR_LATER = 0.0  # the memory prior's strength once a feasible launch is known (1 before)
+# Measured options, off (docs/design.md gives the figures):
+AVERAGE = False  # average the objective's model over the knobs' relevance and noise (fit_predict)
 # A benchmark's run-to-run spread, in log units: candidate noise sds for the objective's model
 # (around 2.5%: serving benchmarks repeat within 1-5%), used with NOISE_PRIOR. Chosen by likelihood
 # alone, a few launches' noise can be read as knob effects (the incumbent's neighbours look better).
-AVERAGE = False  # average the objective's model over the knobs' relevance and noise (fit_predict)
 NOISE_SD = (0.008, 0.015, 0.025, 0.04, 0.07)
 NOISE_PRIOR = False  # the objective's noise from NOISE_SD under its prior (else the relative NOISES grid)
 
