@@ -71,9 +71,8 @@ _real_choose = strategy.choose
 def describe(config: TrialConfig) -> str:
     """A configuration in one short line."""
     g = config.cuda_graph
-    if g is None:
-        graphs = "graphs=default"
-    else:
+    graphs = "graphs=default"
+    if g is not None:
         graphs = f"graphs<={g.effective_max_bs}" if g.enabled else "eager"
     flags = " ".join(f"{k.removesuffix('-size').split('-')[-1]}={v}" for k, v in config.flags)
     pair = f"{config.sparse_prefill_backend}/{config.sparse_decode_backend}"

@@ -45,18 +45,6 @@ def slos_of(space_text: str | None) -> tuple[Slo, ...]:
     return tuple(out)
 
 
-def _slo_from_name(name: str) -> Slo | None:
-    """`min_free_vram_mib>=2048` (Slo.name, as the study stores it) back into an Slo."""
-    for op in ("<=", ">=", "<", ">"):
-        metric, found, bound = name.partition(op)
-        if found:
-            try:
-                return Slo.model_validate(f"{metric} {op} {bound}")
-            except (ValidationError, ValueError):
-                return None
-    return None
-
-
 def _show(metric: str, value: float) -> str:
     known = METRICS.get(metric)
     return known.show(value) if known is not None else f"{value:,.1f}"
@@ -80,7 +68,7 @@ def missed_constraints(
         for key, v in (attrs or {}).items()
         if key.startswith(CONSTRAINT_PREFIX)
         and isinstance(v, (int, float))
-        and (slo := _slo_from_name(key.removeprefix(CONSTRAINT_PREFIX))) is not None
+        and (slo := Slo.from_name(key.removeprefix(CONSTRAINT_PREFIX))) is not None
     ]
     if judged:
         return [_missed_line(slo, values.get(slo.metric)) for slo, v in judged if v > 0]

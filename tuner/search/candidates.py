@@ -140,10 +140,11 @@ def candidates(space: SearchSpace, *, limit: int = MAX_CANDIDATES, seed: int = 0
     if len(found) > limit:
         found = random.Random(seed).sample(found, limit)
     blocks, columns = _layout(space)
+    caps = tuple(p.name for p in space.params if role_of(p) == "running")  # what bounds the running batch
     cats: list[tuple[int, ...]] = []
     nums: list[tuple[float, ...]] = []
     for params in found:
-        c, n = _features(params, columns)
+        c, n = _features(params, columns, caps)
         cats.append(c)
         nums.append(n)
     return Candidates(
@@ -242,7 +243,7 @@ def running_batch(space: SearchSpace) -> int | None:
     return max(found) if found else None
 
 
-def _coverage(params: Mapping[str, Any], value: Any, batch: float, caps: list[Param]) -> float:
+def _coverage(params: Mapping[str, Any], value: Any, batch: float, caps: tuple[str, ...]) -> float:
     """The share of the running decode batch the captured graphs cover: SGLang replays a graph only
     for a batch no larger than the largest captured one and runs larger batches eagerly, so what
     counts is the largest captured batch against the batch that runs (the benchmark's concurrency,
@@ -253,14 +254,14 @@ def _coverage(params: Mapping[str, Any], value: Any, batch: float, caps: list[Pa
     if not bs:
         return -1.0
     for cap in caps:
-        limit = params.get(cap.name)
+        limit = params.get(cap)
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             batch = min(batch, float(limit))
     return min(1.0, bs / batch)
 
 
 def _features(
-    params: Mapping[str, Any], columns: tuple[list[_Column], list[_Column]]
+    params: Mapping[str, Any], columns: tuple[list[_Column], list[_Column]], caps: tuple[str, ...]
 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
     cat_cols, num_cols = columns
     cats: list[int] = []
@@ -284,8 +285,6 @@ def _features(
             continue
         v = params[p.name]
         if how == "graph_cover":
-            caps = [q for q, h, _ in num_cols if h != "graph_cover" and role_of(q) == "running"]
-            caps += [q for q, h, _ in cat_cols if h == "level" and role_of(q) == "running"]
             nums.append(_coverage(params, v, span[0], caps))
             continue
         x = _number(p, how, v)

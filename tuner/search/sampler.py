@@ -14,7 +14,6 @@ fine grid keeps finding new launches until the grid is spent.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features
 from tuner.search.told import concluded, measured_values
+from tuner.space.goals import Slo
 from tuner.space.sampling import joined_params, sampler_params
 
 if TYPE_CHECKING:
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 PolicyOf = Callable[[Sequence[FrozenTrial]], Policy]
 RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_margin)
-_SLO_NAME = re.compile(r"([a-z0-9_]+)(<=|>=|<|>)(-?[0-9.]+(?:e-?[0-9]+)?)")  # Slo.name: "tpot_p50_ms<=40"
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
 _CACHE: dict[int, tuple[Any, Candidates, Features]] = {}  # id(space) -> (space, candidates, features)
 
@@ -208,14 +207,14 @@ def relative_margin(name: str, margin: float) -> float:
     the step time), so their logs are close to additive in the knobs, as the surrogate's kernel says.
     `name` is the SLO's ("tpot_p50_ms<=40"); the margin is kept as it is when either side is not > 0,
     and always unless RELATIVE_MARGINS (a measured option, off: docs/design.md)."""
-    match = _SLO_NAME.fullmatch(name)
-    if match is None or not RELATIVE_MARGINS:
+    slo = Slo.from_name(name) if RELATIVE_MARGINS else None
+    if slo is None:
         return margin
-    op, bound = match.group(2), float(match.group(3))
-    value = bound + margin if op in ("<=", "<") else bound - margin
-    if bound <= 0 or value <= 0:
+    upper = slo.op in ("<=", "<")
+    value = slo.bound + margin if upper else slo.bound - margin
+    if slo.bound <= 0 or value <= 0:
         return margin
-    return math.log(value / bound) if op in ("<=", "<") else math.log(bound / value)
+    return math.log(value / slo.bound) if upper else math.log(slo.bound / value)
 
 
 def _number(v: object) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from tuner.metrics import ALIASES, OPTIMISABLE, Direction, canonical, direction_of
 from tuner.settings import Settings, mistake, non_empty, show, space_dir
@@ -75,6 +75,18 @@ class Slo(Settings):
     @property
     def name(self) -> str:
         return f"{self.metric}{self.op}{self.bound:g}"
+
+    @classmethod
+    def from_name(cls, name: str) -> Slo | None:
+        """`min_free_vram_mib>=2048` (`name`, as the study stores it) back into an Slo (None: not one)."""
+        for op in ("<=", ">=", "<", ">"):
+            metric, found, bound = name.partition(op)
+            if found:
+                try:
+                    return cls.model_validate(f"{metric} {op} {bound}")
+                except (ValidationError, ValueError):
+                    return None
+        return None
 
     def violation(self, value: float | None) -> float:
         """Optuna constraint value: ≤ 0 when met, else the distance past the bound (1.0 if unmeasured)."""
