@@ -149,6 +149,11 @@ def _world(name: str) -> World:
 VARIANTS: dict[str, list[tuple[str, str]]] = {}  # label -> [(module.NAME, value)]: the tuner, tweaked
 
 
+def tweak(items: Sequence[str]) -> None:
+    """Apply MODULE.NAME=VALUE items for the whole run (the --tweak option)."""
+    _tweak([tuple(item.split("=", 1)) for item in items])  # type: ignore[misc]
+
+
 def _tweak(settings: Sequence[tuple[str, str]]) -> list[tuple[object, str, object]]:
     """Set constants of tuner.search modules; returns what to restore."""
     undo = []
@@ -490,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="an extra strategy: the tuner with these constants (compared in one run, worlds built once)",
     )
     args = parser.parse_args(argv)
-    _tweak([tuple(item.split("=", 1)) for item in args.tweak])  # type: ignore[misc]
+    tweak(args.tweak)
     for item in args.variant:
         label, _, settings = item.partition(":")
         VARIANTS[label] = [tuple(x.split("=", 1)) for x in split_settings(settings)]  # type: ignore[misc]

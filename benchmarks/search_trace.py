@@ -1,6 +1,6 @@
 """One search, launch by launch: what the tuner launched on one landscape and seed, against the truth.
 
-    python benchmarks/search_trace.py gen-10 [--seed 1] [--budget 16] [--top 5]
+    python benchmarks/search_trace.py gen-10 [--seed 1] [--budget 16] [--top 5] [--tweak MODULE.NAME=VALUE]
 
 Prints the landscape's best configurations (the oracle's truth), then every launch of the tuner's
 study (the real StudyRunner, answered by the oracle as in benchmarks/search_efficiency.py): its
@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from search_efficiency import tweak  # noqa: E402
 from search_strategies import run_tuner  # noqa: E402
 from search_world import Shot, World, world  # noqa: E402
 
@@ -93,7 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--budget", type=int, default=16)
     parser.add_argument("--top", type=int, default=5, help="the best configurations to show")
+    parser.add_argument(
+        "--tweak", action="append", default=[], metavar="MODULE.NAME=VALUE",
+        help="set a constant of tuner.search.MODULE (as search_efficiency.py --tweak)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    tweak(args.tweak)
     w = world(args.scenario)
     ranked = sorted((s for s in zip(w.points, w.shots, strict=True) if s[1].feasible),
                     key=lambda s: -s[1].throughput)  # fmt: skip
