@@ -10,11 +10,14 @@ import numpy as np
 import optuna
 import pytest
 
+from tuner.config import Outcome
 from tuner.search import candidates as candidates_module
 from tuner.search.acquire import ehvi, expected_excess, hypervolume, norm_cdf, scores
 from tuner.search.candidates import Block, candidates, params_key
-from tuner.search.sampler import StructuredSampler
-from tuner.search.strategy import Seen, choose
+from tuner.search.evidence import Evidence, knobs_of
+from tuner.search.policy import build_policy
+from tuner.search.sampler import StructuredSampler, _kv_cover
+from tuner.search.strategy import Seen, _posterior, _with_column, choose
 from tuner.search.surrogate import Features, combine, fit_predict, knob_kernels
 from tuner.space.loader import SearchSpace, load_space, suggest
 from tuner.space.sampling import joined_params, sampler_params
@@ -236,3 +239,41 @@ def test_a_trial_asked_while_an_earlier_one_is_still_choosing_takes_another_cand
     plan_late = sampler._plan(study, late)  # noqa: SLF001 - both choose before either writes its params
     plan_early = sampler._plan(study, early)  # noqa: SLF001
     assert plan_early and plan_late and plan_early != plan_late
+
+
+def test_a_capacity_column_lets_the_model_see_a_cliff_the_knobs_place_apart() -> None:
+    """KV_COVER's column: throughput that follows the KV pool's share of the batch (which moves with
+    the fraction at a place set by another knob) is predicted closer with the column than without."""
+    cover = np.asarray([min(1.0, (0.4 + f / 4) * (1.6 if b == 0 else 1.0)) for _, b, f in GRID])
+    y = np.log(cover) + np.asarray([[0.0, 0.1, -0.1, 0.05][a] for a, _, _ in GRID])
+    rows = random.Random(5).sample(range(len(GRID)), 16)
+    seen = [Seen(index=i, log_first=float(y[i]), second=None, feasible=True) for i in rows]
+    every = list(range(len(GRID)))
+    plain, _, _ = _posterior(FEATURES, BLOCKS, seen, FEATURES, None)
+    features, blocks, test, waiting = _with_column(FEATURES, BLOCKS, cover, every, [])
+    assert len(blocks) == len(BLOCKS) + 1 and features.num.shape[1] == FEATURES.num.shape[1] + 1
+    assert waiting is None and np.array_equal(test.num[:, -1], cover)
+    wider, _, _ = _posterior(features, blocks, seen, test, None)
+    assert np.sqrt(np.mean((wider - y) ** 2)) < 0.7 * np.sqrt(np.mean((plain - y) ** 2))
+
+
+def test_the_capacity_is_unknown_until_a_launch_places_its_memory_line() -> None:
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    found = candidates(space)
+    assert (_kv_cover(space, found, build_policy([])) == -1.0).all()
+    configs = [c for c in found.configs if c.mem_fraction_static is not None][:1]
+    same = [c for c in found.configs if knobs_of(c).graph_key == knobs_of(configs[0]).graph_key
+            and knobs_of(c).others == knobs_of(configs[0]).others
+            and c.mem_fraction_static != configs[0].mem_fraction_static][:1]  # fmt: skip
+    launched = [
+        Evidence(trial=n, knobs=knobs_of(c), outcome=Outcome.OK, kv_tokens=kv, min_free_mib=9000)
+        for n, (c, kv) in enumerate(zip([*configs, *same], (100_000, 140_000), strict=True))
+    ]
+    got = _kv_cover(space, found, build_policy(launched))
+    assert got is not None
+    batch = max(lp.concurrency or 0 for lp in space.bench.load_points)
+    demand = batch * (space.bench.workload.input_len + space.bench.workload.output_len)
+    first = found.configs.index(configs[0])
+    assert got[first] == pytest.approx(min(1.0, 100_000 / demand))  # on the line through both launches
+    known = got >= 0
+    assert 0 < known.sum() < len(got) and (got[known] <= 1.0).all()  # other groups: not yet known

@@ -24,7 +24,9 @@ from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.search.candidates import Candidates, candidates, params_key
+from tuner.search import strategy
+from tuner.search.candidates import Candidates, candidates, params_key, running_batch
+from tuner.search.evidence import knobs_of
 from tuner.search.feasible import Mechanism, mechanism_of
 from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, choose
@@ -129,9 +131,11 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             if got is not None:
                 seen.append(got)
                 launches += 1
-        second = None
+        second = capacity = None
         if self._policy_of is not None:
             policy = self._policy_of(trials)
+            if strategy.KV_COVER:
+                capacity = _kv_cover(self._space, found, policy)
             explained = {r.evidence for r in policy.rules} if policy.prune else set()
             seen = [
                 replace(s, explained=True) if not s.feasible and s.trial in explained else s for s in seen
@@ -152,11 +156,28 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         left = None if self._budget is None else max(1, self._budget - launches)
         pick = choose(
             features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing,
-            left=left, budget=self._budget, pending=pending,
+            left=left, budget=self._budget, pending=pending, capacity=capacity,
         )  # fmt: skip
         if pick is None:
             return {}
         return sampler_params(self._space, found.params[pick])
+
+
+def _kv_cover(space: SearchSpace, found: Candidates, policy: Policy) -> np.ndarray | None:
+    """Per candidate, the share of the running batch's tokens its KV pool holds as the memory model
+    predicts it, min(1, KV tokens / (batch x (input + output))); -1 where the model cannot tell yet.
+    None: the benchmark's batch or lengths are unknown."""
+    batch = running_batch(space)
+    workload = space.bench.workload
+    if batch is None:
+        return None
+    demand = float(batch) * (workload.input_len + workload.output_len)
+    out = np.full(len(found.configs), -1.0)
+    for i, config in enumerate(found.configs):
+        kv = policy.memory.predict(knobs_of(config)).kv_tokens
+        if kv is not None:
+            out[i] = min(1.0, max(0.0, kv) / demand)
+    return out
 
 
 def _better(value: float, direction: StudyDirection) -> float | None:

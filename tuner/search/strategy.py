@@ -51,6 +51,10 @@ AVERAGE = False  # average the objective's model over the knobs' relevance and n
 # alone, a few launches' noise can be read as knob effects (the incumbent's neighbours look better).
 NOISE_SD = (0.008, 0.015, 0.025, 0.04, 0.07)
 NOISE_PRIOR = False  # the objective's noise from NOISE_SD under its prior (else the relative NOISES grid)
+# The KV pool's share of the running batch's tokens (the memory model's prediction) as one more knob of
+# the objective's model: below 1 the batch queues, so throughput falls off a cliff the fraction alone
+# puts at a different place per KV dtype and graph setting.
+KV_COVER = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,12 +89,14 @@ def choose(
     left: int | None = None,
     budget: int | None = None,
     pending: Sequence[int] = (),
+    capacity: Array | None = None,
 ) -> int | None:
     """The index of the next candidate to launch, or None when none is allowed.
 
     `second`: the second objective predicted per candidate (None: modelled from `seen` when the
     launches measured one). `rank` k > 0 takes the k-th best draw: k trials asked before this one
     are still choosing (their params not yet written). `left` / `budget`: launches left and in all.
+    `capacity`: per candidate, a feature of the objective's model only (KV_COVER; -1 unknown).
     """
     mask = np.asarray(allowed, dtype=bool)
     if not mask.any():
@@ -107,6 +113,8 @@ def choose(
     )  # fmt: skip
     measured = [s for s in seen if s.log_first is not None]
     waiting = features.take(list(pending)) if pending else None
+    if capacity is not None:
+        features, blocks, test, waiting = _with_column(features, blocks, capacity, open_rows, pending)
     mu, sd, best = _posterior(features, blocks, measured, test, waiting)
     if left is not None and budget:
         sd = sd * math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
@@ -120,6 +128,21 @@ def choose(
     noisy = acq + TEMPERATURE * rng.gumbel(size=len(acq)) if TEMPERATURE > 0 else acq
     order = np.argsort(-noisy, kind="stable")
     return int(open_rows[int(order[min(rank, len(order) - 1)])])
+
+
+def _with_column(
+    features: Features,
+    blocks: Sequence[Block],
+    column: Array,
+    open_rows: Sequence[int] | np.ndarray,
+    pending: Sequence[int],
+) -> tuple[Features, list[Block], Features, Features | None]:
+    """The features, blocks, open rows and pending rows with one more numeric knob column."""
+    num = np.column_stack([features.num, np.asarray(column, dtype=np.float64)])
+    wider = Features(cat=features.cat, num=num)
+    block = Block(name="kv_cover", cat=(), num=(num.shape[1] - 1,))
+    waiting = wider.take(list(pending)) if pending else None
+    return wider, [*blocks, block], wider.take([int(i) for i in open_rows]), waiting
 
 
 def _posterior(
