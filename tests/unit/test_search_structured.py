@@ -15,7 +15,7 @@ from tuner.search import candidates as candidates_module
 from tuner.search.acquire import ehvi, expected_excess, hypervolume, norm_cdf, scores
 from tuner.search.candidates import Block, candidates, params_key
 from tuner.search.evidence import Evidence, knobs_of
-from tuner.search.policy import build_policy
+from tuner.search.policy import Policy, build_policy
 from tuner.search.sampler import StructuredSampler, _kv_cover
 from tuner.search.strategy import Seen, _posterior, _with_column, choose
 from tuner.search.surrogate import Features, combine, fit_predict, knob_kernels
@@ -260,7 +260,10 @@ def test_a_capacity_column_lets_the_model_see_a_cliff_the_knobs_place_apart() ->
 def test_the_capacity_is_unknown_until_a_launch_places_its_memory_line() -> None:
     space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
     found = candidates(space)
-    assert (_kv_cover(space, found, build_policy([])) == -1.0).all()
+    def cover(policy: Policy) -> np.ndarray | None:
+        return _kv_cover(space, [policy.memory.predict(knobs_of(c)).kv_tokens for c in found.configs])
+
+    assert (cover(build_policy([])) == -1.0).all()
     configs = [c for c in found.configs if c.mem_fraction_static is not None][:1]
     same = [c for c in found.configs if knobs_of(c).graph_key == knobs_of(configs[0]).graph_key
             and knobs_of(c).others == knobs_of(configs[0]).others
@@ -269,7 +272,7 @@ def test_the_capacity_is_unknown_until_a_launch_places_its_memory_line() -> None
         Evidence(trial=n, knobs=knobs_of(c), outcome=Outcome.OK, kv_tokens=kv, min_free_mib=9000)
         for n, (c, kv) in enumerate(zip([*configs, *same], (100_000, 140_000), strict=True))
     ]
-    got = _kv_cover(space, found, build_policy(launched))
+    got = cover(build_policy(launched))
     assert got is not None
     batch = max(lp.concurrency or 0 for lp in space.bench.load_points)
     demand = batch * (space.bench.workload.input_len + space.bench.workload.output_len)

@@ -134,20 +134,24 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         second = capacity = None
         if self._policy_of is not None:
             policy = self._policy_of(trials)
-            if strategy.KV_COVER:
-                capacity = _kv_cover(self._space, found, policy)
             explained = {r.evidence for r in policy.rules} if policy.prune else set()
             seen = [
                 replace(s, explained=True) if not s.feasible and s.trial in explained else s for s in seen
             ]
             kv: list[float] = []
+            predicted: list[float | None] = []  # KV tokens per candidate, launched ones too (KV_COVER)
             for i, config in enumerate(found.configs):
                 if not allowed[i]:
                     kv.append(0.0)
+                    if strategy.KV_COVER:
+                        predicted.append(policy.memory.predict(knobs_of(config)).kv_tokens)
                     continue
                 decision = policy.decide(config)
                 allowed[i] = decision.launch
                 kv.append(float(decision.prediction.kv_tokens or 0.0))
+                predicted.append(decision.prediction.kv_tokens)
+            if strategy.KV_COVER:
+                capacity = _kv_cover(self._space, predicted)
             names = list(study.metric_names or [])
             maximised = len(directions) > 1 and directions[1] is StudyDirection.MAXIMIZE
             if maximised and names[1:2] == ["kv_tokens"] and any(kv):
@@ -163,21 +167,16 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         return sampler_params(self._space, found.params[pick])
 
 
-def _kv_cover(space: SearchSpace, found: Candidates, policy: Policy) -> np.ndarray | None:
+def _kv_cover(space: SearchSpace, predicted: Sequence[float | None]) -> np.ndarray | None:
     """Per candidate, the share of the running batch's tokens its KV pool holds as the memory model
-    predicts it, min(1, KV tokens / (batch x (input + output))); -1 where the model cannot tell yet.
-    None: the benchmark's batch or lengths are unknown."""
+    predicts it (`predicted` KV tokens), min(1, KV tokens / (batch x (input + output))); -1 where the
+    model cannot tell yet. None: the benchmark's batch is unknown (an open loop only)."""
     batch = running_batch(space)
-    workload = space.bench.workload
     if batch is None:
         return None
+    workload = space.bench.workload
     demand = float(batch) * (workload.input_len + workload.output_len)
-    out = np.full(len(found.configs), -1.0)
-    for i, config in enumerate(found.configs):
-        kv = policy.memory.predict(knobs_of(config)).kv_tokens
-        if kv is not None:
-            out[i] = min(1.0, max(0.0, kv) / demand)
-    return out
+    return np.asarray([-1.0 if kv is None else min(1.0, max(0.0, kv) / demand) for kv in predicted])
 
 
 def _better(value: float, direction: StudyDirection) -> float | None:
