@@ -33,6 +33,7 @@ from tuner.bench.settings import LoadPoint
 from tuner.bench.types import BenchMetrics, BenchResult, LatencyStats, LoadPointResult
 from tuner.config import (
     Failure,
+    GpuInfo,
     LaunchSpec,
     Outcome,
     Phase,
@@ -102,6 +103,12 @@ class World:
         self._by_key: dict[str, Shot] = {}
         self._logs: dict[tuple[Any, ...], Failure] = {}
         self.points: list[Point] = list(self.sim.points())
+        g = self.scenario.gpus
+        self.gpus = tuple(
+            GpuInfo(index=i, uuid=f"GPU-sim-{i}", name=g.name, compute_capability=g.compute_capability,
+                    total_mib=g.total_mib)
+            for i in range(g.count)
+        )  # fmt: skip
         cache = _shot_cache(path, self.scenario)
         if cache.exists():
             self._by_key = pickle.loads(cache.read_bytes())
@@ -249,6 +256,7 @@ class World:
             started_at=now,
             finished_at=now,
             timings=StageTimings(launch_s=1.0, bench_s=float(p.duration_s or 0.0)),
+            gpus=self.gpus[: shot.tp],
         )
 
     def _bench(self, shot: Shot, output_tok_s: float) -> BenchResult:

@@ -44,10 +44,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from statistics import NormalDist
 
 import numpy as np
 
-from tuner.search.acquire import log_norm_cdf
+from tuner.search.acquire import log_norm_cdf, norm_cdf
 from tuner.search.candidates import Block, by_role
 from tuner.search.monotone import OOM_ORDER, POOL_ORDER, monotone_latent
 from tuner.search.surrogate import Array, Features, fit_predict
@@ -83,6 +84,9 @@ SPLIT_ROLES = True  # numerics and support: the prefill and decode backends as k
 KV_MAIN = True  # numerics: the KV dtype also as a main effect beside its interactions with the backends
 SLO_AVERAGE = False  # the SLO margins' models averaged over the knobs' relevance (surrogate.fit_predict)
 NUMERICS_BY_KV = False  # numerics: each backend feature as an interaction with the KV dtype (numerics_blocks)
+SUPPORT_PRIOR = True  # support: a prior from the kernels SGLang ships for the GPU (support_prior)
+BUILT_P = 0.97  # P(a backend runs) where SGLang ships its kernels for this GPU
+NOT_BUILT_P = 0.2  # ... where it does not (a build may still add it)
 
 
 def mechanism_of(outcome: str) -> Mechanism | None:
@@ -158,13 +162,34 @@ def log_p_feasible(
     *,
     explained_label: float = -1.0,
     prior_strength: float = 1.0,
+    support: Array | None = None,
+    test_rows: Sequence[int] | None = None,
 ) -> Array:
     """log P(feasible) of the test rows: the sum over mechanisms of log P(past that stage), plus the
-    SLO margins' log P(met). `prior_strength` scales the memory prior's fall toward the ends."""
+    SLO margins' log P(met). `prior_strength` scales the memory prior's fall toward the ends;
+    `support` (per row of `features`) is the support mechanism's prior label mean, and `test_rows`
+    the rows of `features` that `test` holds (both or neither)."""
     out = np.zeros(test.cat.shape[0])
+    rows = None if support is None or test_rows is None else np.asarray(test_rows, dtype=np.int64)
     for mechanism in Mechanism:
-        out += _log_pass(features, blocks, seen, test, mechanism, explained_label, prior_strength)
+        given = (support, rows) if mechanism is Mechanism.SUPPORT and rows is not None else None
+        out += _log_pass(features, blocks, seen, test, mechanism, explained_label, prior_strength, given)
     out += _log_slo(features, blocks, seen, test)
+    return out
+
+
+def support_prior(built: Sequence[tuple[bool | None, ...]]) -> Array:
+    """The support mechanism's prior label mean per candidate, from whether SGLang ships each of its
+    backends' kernels for the GPU (True, False, None: not known): P(runs) is the product over its
+    backends of BUILT_P or NOT_BUILT_P (unknown: the plain prior), as a label mean m with
+    Phi(m / sqrt(LABEL_NOISE)) = P."""
+    plain = float(norm_cdf(np.asarray([1.5 / math.sqrt(LABEL_NOISE)]))[0])
+    out = np.empty(len(built))
+    for i, flags in enumerate(built):
+        p = 1.0
+        for f in flags:
+            p *= plain if f is None else (BUILT_P if f else NOT_BUILT_P)
+        out[i] = math.sqrt(LABEL_NOISE) * float(NormalDist().inv_cdf(min(max(p, 1e-6), 1 - 1e-6)))
     return out
 
 
@@ -204,6 +229,7 @@ def _log_pass(
     mechanism: Mechanism,
     explained_label: float,
     strength: float,
+    given: tuple[Array | None, Array] | None = None,
 ) -> Array:
     roles = ROLES_OF.get(mechanism)
     mine = list(blocks) if roles is None else [b for b in blocks if b.role in roles]
@@ -220,20 +246,27 @@ def _log_pass(
             rows.append(s.index)
             labels.append(1.0 if got else (explained_label if s.explained else -1.0))
     order = _ORDERS.get(mechanism)
+    known = given[0] if given is not None else None
 
-    def prior(f: Features) -> Array:
+    def prior(f: Features, at: Sequence[int] | Array | None = None) -> Array:
+        if known is not None and at is not None:
+            return np.asarray(known, dtype=np.float64)[np.asarray(at, dtype=np.int64)]
         if order is None:
             return np.full(len(f.cat), PASS_PRIOR)
         return memory_prior(f, mine, strength, mechanism)
 
+    test_at = given[1] if given is not None else None
     if not rows or min(labels) > 0:
-        # nothing failed here yet: only the prior (and, for memory, its shape) speaks
-        z = (prior(test) if order is not None else np.full(len(test.cat), 1.5)) / math.sqrt(LABEL_NOISE)
+        # nothing failed here yet: only the prior (and, for memory, its shape; for support, the kernels
+        # SGLang ships for the GPU) speaks
+        flat = np.full(len(test.cat), 1.5)
+        base = prior(test, test_at) if order is not None or known is not None else flat
+        z = base / math.sqrt(LABEL_NOISE)
     else:
         train = features.take(rows)
-        post = fit_predict(train, np.asarray(labels) - prior(train), test, mine, prior_mean=0.0, scale=1.0,
-                           ard=False)  # fmt: skip
-        z = (prior(test) + post.mean) / np.sqrt(LABEL_NOISE + post.sd**2)
+        post = fit_predict(train, np.asarray(labels) - prior(train, rows), test, mine, prior_mean=0.0,
+                           scale=1.0, ard=False)  # fmt: skip
+        z = (prior(test, test_at) + post.mean) / np.sqrt(LABEL_NOISE + post.sd**2)
     if order is not None and MONOTONE and rows:
         seen_rows, ok = features.take(rows), [v > 0 for v in labels]
         z = monotone_latent(z, test, mine, order, observed=seen_rows, passed=ok)

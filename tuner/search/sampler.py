@@ -24,7 +24,7 @@ from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.search import strategy
+from tuner.search import feasible, strategy
 from tuner.search.candidates import Candidates, candidates, params_key, running_batch
 from tuner.search.evidence import knobs_of
 from tuner.search.feasible import Mechanism, mechanism_of
@@ -32,6 +32,7 @@ from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features
 from tuner.search.told import concluded, measured_values
+from tuner.sglang.backend_support import built_for, sm_major
 from tuner.space.goals import Slo
 from tuner.space.sampling import joined_params, sampler_params
 
@@ -40,6 +41,13 @@ if TYPE_CHECKING:
 
 PolicyOf = Callable[[Sequence[FrozenTrial]], Policy]
 RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_margin)
+# A configuration at a lower memory fraction than one of its group (every other knob equal) that ran
+# feasibly is dominated when every objective grows with the KV pool (throughput, KV tokens): more KV
+# never slows a closed-loop batch down... (an option, measured: docs/design.md)
+DOMINATED_BELOW = False
+GROWS_WITH_KV = frozenset(
+    {"output_throughput", "total_throughput", "request_throughput", "output_throughput_per_gpu", "kv_tokens"}
+)
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
 _CACHE: dict[int, tuple[Any, Candidates, Features]] = {}  # id(space) -> (space, candidates, features)
 
@@ -156,11 +164,14 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             maximised = len(directions) > 1 and directions[1] is StudyDirection.MAXIMIZE
             if maximised and names[1:2] == ["kv_tokens"] and any(kv):
                 second = np.asarray(kv, dtype=np.float64)
+        if DOMINATED_BELOW and _grows_with_kv(study):
+            _drop_dominated(found, seen, allowed)
+        support = _support(found, trials)
         seed = (self._seed or 0) * 1_000_003 + trial.number
         left = None if self._budget is None else max(1, self._budget - launches)
         pick = choose(
             features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing,
-            left=left, budget=self._budget, pending=pending, capacity=capacity,
+            left=left, budget=self._budget, pending=pending, capacity=capacity, support=support,
         )  # fmt: skip
         if pick is None:
             return {}
@@ -177,6 +188,56 @@ def _kv_cover(space: SearchSpace, predicted: Sequence[float | None]) -> np.ndarr
     workload = space.bench.workload
     demand = float(batch) * (workload.input_len + workload.output_len)
     return np.asarray([-1.0 if kv is None else min(1.0, max(0.0, kv) / demand) for kv in predicted])
+
+
+def _support(found: Candidates, trials: Sequence[FrozenTrial]) -> np.ndarray | None:
+    """The support mechanism's prior per candidate, from the kernels SGLang ships for the GPU the
+    launches ran on (the latest that says); None when no launch told its GPU or no backend is known."""
+    if not feasible.SUPPORT_PRIOR:
+        return None
+    major = None
+    for t in trials:
+        got = sm_major(t.user_attrs.get("compute_capability"))
+        major = got if got is not None else major
+    if major is None:
+        return None
+    built = []
+    for config in found.configs:
+        k = knobs_of(config)
+        built.append(tuple(built_for(b, major) for b in dict.fromkeys((k.prefill, k.decode)) if b is not None))
+    if not any(f is not None for flags in built for f in flags):
+        return None
+    return feasible.support_prior(built)
+
+
+def _grows_with_kv(study: optuna.Study) -> bool:
+    names = list(study.metric_names or [])
+    return bool(names) and all(
+        n in GROWS_WITH_KV and d is StudyDirection.MAXIMIZE for n, d in zip(names, study.directions, strict=False)
+    )
+
+
+def _drop_dominated(found: Candidates, seen: Sequence[Seen], allowed: list[bool]) -> None:
+    """Disallow the candidates below the highest fraction of their group that ran feasibly."""
+    fraction = next((b.name for b in found.blocks if b.role == "fraction"), None)
+    if fraction is None:
+        return
+
+    def group(i: int) -> str:
+        return params_key({k: v for k, v in found.params[i].items() if k != fraction})
+
+    top: dict[str, float] = {}
+    for s in seen:
+        f = found.params[s.index].get(fraction)
+        if s.feasible and isinstance(f, (int, float)):
+            g = group(s.index)
+            top[g] = max(top.get(g, -math.inf), float(f))
+    if not top:
+        return
+    for i, ok in enumerate(allowed):
+        f = found.params[i].get(fraction)
+        if ok and isinstance(f, (int, float)) and float(f) < top.get(group(i), -math.inf):
+            allowed[i] = False
 
 
 def _better(value: float, direction: StudyDirection) -> float | None:

@@ -56,6 +56,8 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
         "failure_backend_role": failure.backend_role if failure else None,
         "gate_sequential_ok": sequential_ok,
         "min_free_vram_mib": verdict.metrics.get("min_free_vram_mib"),
+        # the GPU it ran on: which kernels SGLang ships for it (tuner.sglang.backend_support)
+        "compute_capability": result.gpus[0].compute_capability if result.gpus else None,
     }
 
 
