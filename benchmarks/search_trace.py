@@ -56,8 +56,6 @@ def watched_choose(*args: object, **kwargs: object) -> int | None:
         if row not in rows:
             return f"      {tag:<7} row {row}: not open"
         j = rows.index(row)
-        if len(got["acq"]) != len(rows):  # a local step scored the incumbent's neighbours only
-            return f"      {tag:<7} row {row}: {'chosen in' if tag == 'chosen' else 'maybe outside'} a local step"
         rank = int(np.flatnonzero(order == j)[0])
         return (f"      {tag:<7} mu {got['mu'][j]:+.3f} sd {got['sd'][j]:.3f} logP {got['log_p'][j]:+.2f} "
                 f"acq {got['acq'][j]:+.2f} rank {rank}")  # fmt: skip

@@ -129,10 +129,8 @@ def log_scores(
     second: Array | None,
     front: Sequence[tuple[float, float]],
     hv_weight: float = 1.0,
-    margin: float = 0.0,
 ) -> Array:
-    """The log acquisition of every candidate (higher is better); `best` is the incumbent first objective,
-    `margin` the relative gain over it below which an improvement does not count.
+    """The log acquisition of every candidate (higher is better); `best` is the incumbent first objective.
 
     Nothing feasible measured yet: log P(feasible) + log sd (where the model knows least and a launch
     likely runs).
@@ -140,7 +138,7 @@ def log_scores(
     if best is None or best <= 0:
         out: Array = log_p_feasible + np.log(np.maximum(sd, 1e-12))
         return out
-    gain = log_expected_excess(mu, sd, best * (1.0 + margin)) - math.log(best)
+    gain = log_expected_excess(mu, sd, best) - math.log(best)
     if second is not None and front:
         hv = hypervolume(front)
         if hv > 0:

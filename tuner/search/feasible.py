@@ -47,6 +47,7 @@ from enum import Enum
 from statistics import NormalDist
 
 import numpy as np
+from numpy.typing import NDArray
 
 from tuner.search.acquire import log_norm_cdf, norm_cdf
 from tuner.search.candidates import Block, by_role
@@ -163,16 +164,18 @@ def log_p_feasible(
     explained_label: float = -1.0,
     prior_strength: float = 1.0,
     support: Array | None = None,
-    test_rows: Sequence[int] | None = None,
+    test_rows: Sequence[int] | NDArray[np.int64] | None = None,
 ) -> Array:
     """log P(feasible) of the test rows: the sum over mechanisms of log P(past that stage), plus the
     SLO margins' log P(met). `prior_strength` scales the memory prior's fall toward the ends;
     `support` (per row of `features`) is the support mechanism's prior label mean, and `test_rows`
     the rows of `features` that `test` holds (both or neither)."""
     out = np.zeros(test.cat.shape[0])
-    rows = None if support is None or test_rows is None else np.asarray(test_rows, dtype=np.int64)
+    known = None
+    if support is not None and test_rows is not None:
+        known = (support, np.asarray(test_rows, dtype=np.int64))
     for mechanism in Mechanism:
-        given = (support, rows) if mechanism is Mechanism.SUPPORT and rows is not None else None
+        given = known if mechanism is Mechanism.SUPPORT else None
         out += _log_pass(features, blocks, seen, test, mechanism, explained_label, prior_strength, given)
     out += _log_slo(features, blocks, seen, test)
     return out
@@ -229,7 +232,7 @@ def _log_pass(
     mechanism: Mechanism,
     explained_label: float,
     strength: float,
-    given: tuple[Array | None, Array] | None = None,
+    given: tuple[Array, NDArray[np.int64]] | None = None,
 ) -> Array:
     roles = ROLES_OF.get(mechanism)
     mine = list(blocks) if roles is None else [b for b in blocks if b.role in roles]
@@ -248,9 +251,10 @@ def _log_pass(
     order = _ORDERS.get(mechanism)
     known = given[0] if given is not None else None
 
-    def prior(f: Features, at: Sequence[int] | Array | None = None) -> Array:
+    def prior(f: Features, at: Sequence[int] | NDArray[np.int64] | None = None) -> Array:
         if known is not None and at is not None:
-            return np.asarray(known, dtype=np.float64)[np.asarray(at, dtype=np.int64)]
+            out: Array = known[np.asarray(at, dtype=np.int64)]
+            return out
         if order is None:
             return np.full(len(f.cat), PASS_PRIOR)
         return memory_prior(f, mine, strength, mechanism)

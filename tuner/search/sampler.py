@@ -41,13 +41,6 @@ if TYPE_CHECKING:
 
 PolicyOf = Callable[[Sequence[FrozenTrial]], Policy]
 RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_margin)
-# A configuration at a lower memory fraction than one of its group (every other knob equal) that ran
-# feasibly is dominated when every objective grows with the KV pool (throughput, KV tokens): more KV
-# never slows a closed-loop batch down... (an option, measured: docs/design.md)
-DOMINATED_BELOW = False
-GROWS_WITH_KV = frozenset(
-    {"output_throughput", "total_throughput", "request_throughput", "output_throughput_per_gpu", "kv_tokens"}
-)
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
 _CACHE: dict[int, tuple[Any, Candidates, Features]] = {}  # id(space) -> (space, candidates, features)
 
@@ -164,8 +157,6 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             maximised = len(directions) > 1 and directions[1] is StudyDirection.MAXIMIZE
             if maximised and names[1:2] == ["kv_tokens"] and any(kv):
                 second = np.asarray(kv, dtype=np.float64)
-        if DOMINATED_BELOW and _grows_with_kv(study):
-            _drop_dominated(found, seen, allowed)
         support = _support(found, trials)
         seed = (self._seed or 0) * 1_000_003 + trial.number
         left = None if self._budget is None else max(1, self._budget - launches)
@@ -204,40 +195,11 @@ def _support(found: Candidates, trials: Sequence[FrozenTrial]) -> np.ndarray | N
     built = []
     for config in found.configs:
         k = knobs_of(config)
-        built.append(tuple(built_for(b, major) for b in dict.fromkeys((k.prefill, k.decode)) if b is not None))
+        backends = [b for b in dict.fromkeys((k.prefill, k.decode)) if b is not None]
+        built.append(tuple(built_for(b, major) for b in backends))
     if not any(f is not None for flags in built for f in flags):
         return None
     return feasible.support_prior(built)
-
-
-def _grows_with_kv(study: optuna.Study) -> bool:
-    names = list(study.metric_names or [])
-    return bool(names) and all(
-        n in GROWS_WITH_KV and d is StudyDirection.MAXIMIZE for n, d in zip(names, study.directions, strict=False)
-    )
-
-
-def _drop_dominated(found: Candidates, seen: Sequence[Seen], allowed: list[bool]) -> None:
-    """Disallow the candidates below the highest fraction of their group that ran feasibly."""
-    fraction = next((b.name for b in found.blocks if b.role == "fraction"), None)
-    if fraction is None:
-        return
-
-    def group(i: int) -> str:
-        return params_key({k: v for k, v in found.params[i].items() if k != fraction})
-
-    top: dict[str, float] = {}
-    for s in seen:
-        f = found.params[s.index].get(fraction)
-        if s.feasible and isinstance(f, (int, float)):
-            g = group(s.index)
-            top[g] = max(top.get(g, -math.inf), float(f))
-    if not top:
-        return
-    for i, ok in enumerate(allowed):
-        f = found.params[i].get(fraction)
-        if ok and isinstance(f, (int, float)) and float(f) < top.get(group(i), -math.inf):
-            allowed[i] = False
 
 
 def _better(value: float, direction: StudyDirection) -> float | None:

@@ -55,33 +55,6 @@ NOISE_PRIOR = False  # the objective's noise from NOISE_SD under its prior (else
 # the objective's model: below 1 the batch queues, so throughput falls off a cliff the fraction alone
 # puts at a different place per KV dtype and graph setting.
 KV_COVER = False
-# The objective's prior spread (log units) as a hyperparameter under a log-normal prior, instead of the
-# launches' own std: launches that crowd the incumbent make that std small and the model sure of what it
-# has not seen.
-# Expected improvement over the incumbent raised by this relative margin: a gain inside a benchmark's
-# run-to-run noise cannot be told from luck, so the incumbent's flat neighbourhood is not worth a launch.
-EI_MARGIN = 0.0
-# Local steps (a trust region in Hamming distance around the incumbent, as CASMOPOLITAN): once
-# LOCAL_AFTER of the budget is spent, every LOCAL_EVERY-th ask chooses among the configurations that
-# differ from the incumbent in at most LOCAL_RADIUS knobs. Mostly additive knob effects make one knob
-# at a time from a good configuration the cheapest way to the combination that wins.
-LOCAL_AFTER = 1.0  # 1.0: never
-LOCAL_EVERY = 1
-LOCAL_RADIUS = 1
-# Screening (one factor at a time, as a tier list): the first SCREEN launches after a feasible one vary
-# only the attention backends of the incumbent, so every backend is measured in a context that runs.
-SCREEN = 0
-SCALE_PRIOR = False
-SCALE_MEDIAN = 0.25  # configurations of one deployment differ by ~25% in log throughput (median)
-SCALE_SD = 0.7  # ... log-normal sd of that
-SCALE_GRID = (0.08, 0.12, 0.18, 0.25, 0.35, 0.5, 0.7)
-
-
-def scale_grid() -> list[tuple[float, float]] | None:
-    """(scale, log prior) candidates of the objective model's prior spread (None: the launches' std)."""
-    if not SCALE_PRIOR:
-        return None
-    return [(s, -(math.log(s / SCALE_MEDIAN) ** 2) / (2 * SCALE_SD**2)) for s in SCALE_GRID]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -145,56 +118,19 @@ def choose(
     waiting = features.take(list(pending)) if pending else None
     if capacity is not None:
         features, blocks, test, waiting = _with_column(features, blocks, capacity, open_rows, pending)
-    mu, sd, best, incumbent = _posterior(features, blocks, measured, test, waiting)
-    near = None
-    if incumbent is not None and left is not None and budget and budget - left < SCREEN:
-        others = [b for b in blocks if b.role != "backends"]
-        near = hamming(features, others, incumbent, open_rows) == 0
-    elif incumbent is not None and _local_step(left, budget):
-        near = hamming(features, blocks, incumbent, open_rows) <= LOCAL_RADIUS
-    if near is not None:
-        if near.any():
-            keep = np.flatnonzero(near)
-            open_rows, mu, sd, log_p = open_rows[keep], mu[keep], sd[keep], log_p[keep]
-            test = features.take([int(i) for i in open_rows])
+    mu, sd, best = _posterior(features, blocks, measured, test, waiting)
     if left is not None and budget:
         sd = sd * math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
     front = [(math.exp(s.log_first), s.second) for s in measured
              if s.feasible and s.log_first is not None and s.second is not None]  # fmt: skip
-    predicted = None if second is None else np.asarray(second)[open_rows]
+    predicted = None if second is None else second[open_rows]
     if predicted is None and front:
         predicted = _second_of(features, blocks, measured, test)
-    acq = log_scores(
-        mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT, margin=EI_MARGIN
-    )
+    acq = log_scores(mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT)
     rng = np.random.default_rng(seed & 0xFFFFFFFF)
     noisy = acq + TEMPERATURE * rng.gumbel(size=len(acq)) if TEMPERATURE > 0 else acq
     order = np.argsort(-noisy, kind="stable")
     return int(open_rows[int(order[min(rank, len(order) - 1)])])
-
-
-def _local_step(left: int | None, budget: int | None) -> bool:
-    """Whether this ask is a local one (LOCAL_AFTER of the budget spent, every LOCAL_EVERY-th ask)."""
-    if LOCAL_AFTER >= 1.0 or left is None or not budget:
-        return False
-    spent = budget - left
-    if spent < LOCAL_AFTER * budget:
-        return False
-    return (spent - math.ceil(LOCAL_AFTER * budget)) % max(1, LOCAL_EVERY) == 0
-
-
-def hamming(features: Features, blocks: Sequence[Block], row: int, rows: Sequence[int] | np.ndarray) -> Array:
-    """How many knobs of each of `rows` differ from those of `row`."""
-    rows = np.asarray(rows, dtype=np.int64)
-    out = np.zeros(len(rows))
-    for b in blocks:
-        differs = np.zeros(len(rows), dtype=bool)
-        for c in b.cat:
-            differs |= features.cat[rows, c] != features.cat[row, c]
-        for c in b.num:
-            differs |= np.abs(features.num[rows, c] - features.num[row, c]) > 1e-9
-        out += differs
-    return out
 
 
 def _with_column(
@@ -218,14 +154,14 @@ def _posterior(
     measured: Sequence[Seen],
     test: Features,
     waiting: Features | None,
-) -> tuple[Array, Array, float | None, int | None]:
+) -> tuple[Array, Array, float | None]:
     """The first objective's log posterior (mean, sd) over the open candidates, and the incumbent by the
-    model's mean: its value and candidate index (None until a feasible launch was measured). With
-    nothing measured: a flat prior, kept away from what is already running."""
+    model's mean (None until a feasible launch was measured). With nothing measured: a flat prior,
+    kept away from what is already running."""
     n = len(test.cat)
     if not measured:
         sd = _spread_near(features, blocks, test, waiting) if waiting is not None else np.ones(n)
-        return np.zeros(n), sd, None, None
+        return np.zeros(n), sd, None
     y = np.asarray([s.log_first for s in measured], dtype=np.float64)
     spread = max(float(np.std(y)), MIN_SPREAD)
     good = [s.index for s in measured if s.feasible]
@@ -236,13 +172,11 @@ def _posterior(
     train = features.take([s.index for s in measured])
     post = fit_predict(
         train, y, both, blocks, scale=spread, pending=waiting, noise_sd=NOISE_SD if NOISE_PRIOR else None,
-        average=AVERAGE, scales=scale_grid(),
+        average=AVERAGE
     )
     # the incumbent by the model's mean, not the luckiest noisy measurement
-    if not good:
-        return post.mean[:n], post.sd[:n], None, None
-    top = int(np.argmax(post.mean[n:]))
-    return post.mean[:n], post.sd[:n], math.exp(float(post.mean[n + top])), good[top]
+    best = math.exp(float(np.max(post.mean[n:]))) if good else None
+    return post.mean[:n], post.sd[:n], best
 
 
 def _second_of(

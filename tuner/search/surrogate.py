@@ -40,10 +40,6 @@ ARD_PRIOR_SD = 1.0  # log w_j ~ N(0, ARD_PRIOR_SD^2)
 RELEVANT = 4.0  # model averaging: a knob that matters RELEVANT times the others' weight (or 1 / RELEVANT)
 AVERAGE_TOP = 4  # ... over at most this many settings
 AVERAGE_MASS = 0.95  # ... holding this share of their posterior probability
-# A knob's prior relevance by its physical role (log w_j ~ N(log ROLE_WEIGHTS[role], ARD_PRIOR_SD^2);
-# absent roles 1): an expert's prior of which knobs move throughput most. Empty: every knob alike.
-ROLE_WEIGHTS: dict[str, float] = {}
-FRACTION_LENGTH = 0.0  # the memory fraction's own length scale (0: the shared one)
 NOISE_PRIOR_SD = 0.7  # log noise sd ~ N(log middle of the candidates, NOISE_PRIOR_SD^2), when given
 Array = NDArray[np.float64]
 
@@ -65,9 +61,7 @@ def knob_kernels(
 ) -> list[Array]:
     """Per knob, the similarity of every row of `a` to every row of `b` (values in [0, 1])."""
     out: list[Array] = []
-    shared = length
     for block in blocks:
-        length = FRACTION_LENGTH if FRACTION_LENGTH > 0 and block.role == "fraction" else shared
         parts: list[Array] = []
         for c in block.cat:
             x, y = a.cat[:, c][:, None], b.cat[:, c][None, :]
@@ -122,7 +116,6 @@ def fit_predict(
     pending: Features | None = None,
     noise_sd: Sequence[float] | None = None,
     average: bool = False,
-    scales: Sequence[tuple[float, float]] | None = None,
 ) -> Posterior:
     """Fit on (train, y) and predict at `test`; hyperparameters by marginal likelihood on a grid.
 
@@ -143,33 +136,27 @@ def fit_predict(
     centre = float(np.mean(y)) if prior_mean is None else prior_mean
     if scale is None:
         scale = max(float(np.std(y)) if n > 1 else 1.0, 1e-3)
-    numeric = any(b.num for b in blocks)
-    best: tuple[float, float, float, float, float] | None = None
-    cached: dict[float, list[Array]] = {}
-    w0 = role_weights(blocks)
-    for s, log_prior_s in scales or [(scale, 0.0)]:
-        zs = (y - centre) / s
-        noises = _noise_grid(noise_sd, s)
-        for length in LENGTHS if numeric else LENGTHS[:1]:
-            if length not in cached:
-                cached[length] = knob_kernels(train, train, blocks, length)
-            for share in SHARES if len(blocks) > 1 else (0.0,):
-                k = combine(cached[length], share, w0)
-                for noise, log_prior in noises:
-                    lml = _log_marginal(k, zs, noise) + log_prior + log_prior_s - n * math.log(s)
-                    if best is None or lml > best[0]:
-                        best = (lml, length, share, noise, s)
-    assert best is not None
-    lml, length, share, noise, scale = best
-    lml += n * math.log(scale)
     z = (y - centre) / scale
+    numeric = any(b.num for b in blocks)
+    best: tuple[float, float, float, float] | None = None
+    cached: dict[float, list[Array]] = {}
     noises = _noise_grid(noise_sd, scale)
+    for length in LENGTHS if numeric else LENGTHS[:1]:
+        cached[length] = knob_kernels(train, train, blocks, length)
+        for share in SHARES if len(blocks) > 1 else (0.0,):
+            k = combine(cached[length], share)
+            for noise, log_prior in noises:
+                lml = _log_marginal(k, z, noise) + log_prior
+                if best is None or lml > best[0]:
+                    best = (lml, length, share, noise)
+    assert best is not None
+    lml, length, share, noise = best
     k_train = cached[length]
     if average and len(k_train) > 1:
         settings = _averaged(k_train, z, share, noises)
     else:
         fitted = ard and n >= ARD_MIN_N
-        weights = _relevances(k_train, z, share, noise, lml, w0) if fitted else w0
+        weights = _relevances(k_train, z, share, noise, lml) if fitted else np.ones(len(k_train))
         settings = [(1.0, weights, noise)]
     k_test = knob_kernels(test, train, blocks, length)
     k_all = k_both = None
@@ -263,24 +250,11 @@ def _noise_grid(noise_sd: Sequence[float] | None, scale: float) -> list[tuple[fl
     ]
 
 
-def role_weights(blocks: Sequence[Block]) -> Array:
-    """The knobs' prior relevances by role (ROLE_WEIGHTS), geometric mean 1."""
-    w = np.asarray([ROLE_WEIGHTS.get(b.role, 1.0) for b in blocks], dtype=np.float64)
-    if not len(w):
-        return w
-    out: Array = w / np.exp(np.mean(np.log(w)))
-    return out
-
-
-def _relevances(
-    kernels: Sequence[Array], z: Array, share: float, noise: float, start: float, centre: Array | None = None
-) -> Array:
-    """Per-knob weights by coordinate ascent of log marginal likelihood + log-normal prior around
-    `centre` (default: all 1; geometric mean 1)."""
-    w = np.ones(len(kernels)) if centre is None or len(centre) != len(kernels) else centre.copy()
+def _relevances(kernels: Sequence[Array], z: Array, share: float, noise: float, start: float) -> Array:
+    """Per-knob weights by coordinate ascent of log marginal likelihood + log-normal prior (mean 1)."""
+    w = np.ones(len(kernels))
     if len(kernels) < 2:
         return w
-    mid = np.log(w)
     best = start
     for _ in range(ARD_SWEEPS):
         moved = False
@@ -289,7 +263,7 @@ def _relevances(
                 trial = w.copy()
                 trial[j] *= step
                 trial /= np.exp(np.mean(np.log(trial)))  # geometric mean 1: the prior's centre
-                got = _log_marginal(combine(kernels, share, trial), z, noise) - _log_prior(trial, mid)
+                got = _log_marginal(combine(kernels, share, trial), z, noise) - _log_prior(trial)
                 if got > best + 1e-6:
                     best, w, moved = got, trial, True
         if not moved:
@@ -297,9 +271,9 @@ def _relevances(
     return w
 
 
-def _log_prior(w: Array, mid: Array | float = 0.0) -> float:
-    """Minus the log-normal prior's log density of the weights around exp(mid) (up to a constant)."""
-    return float(np.sum((np.log(w) - mid) ** 2)) / (2 * ARD_PRIOR_SD**2)
+def _log_prior(w: Array) -> float:
+    """Minus the log-normal prior's log density of the weights (up to a constant)."""
+    return float(np.sum(np.log(w) ** 2)) / (2 * ARD_PRIOR_SD**2)
 
 
 def _log_marginal(k: Array, z: Array, noise: float) -> float:
