@@ -321,23 +321,29 @@ class World:
         The second is a greedy set cover of the failing points by the rules their failures prove:
         the failures a search that learns each cause once must see at least (about) that many.
         """
+        candidates, cover, unexplained = self.failure_cover()
+        return candidates, len(cover) + unexplained
+
+    def failure_cover(self) -> tuple[int, list[Rule], int]:
+        """(distinct rules the space's failures prove, the greedy cover's rules in the order picked,
+        failing points no rule covers)."""
         failing = [(i, p) for i, (p, s) in enumerate(zip(self.points, self.shots, strict=True)) if s.failure]
         knobs = {i: knobs_of(self.config(p)) for i, p in failing}
         candidates: dict[tuple[object, ...], Rule] = {}
         for i, p in failing:
             for rule in rules_from(self.evidence(i, self.config(p), self.shots[i])):
                 candidates.setdefault(_scope(rule), rule)
+        covered = [(rule, {i for i, k in knobs.items() if rule.covers(k)}) for rule in candidates.values()]
         left = set(knobs)
-        cover = 0
+        cover: list[Rule] = []
         while left:
-            best = max(candidates.values(), key=lambda r: sum(1 for i in left if r.covers(knobs[i])))
-            hit = {i for i in left if best.covers(knobs[i])}
-            if not hit:
-                cover += len(left)  # failures no rule explains: each is its own cause
-                break
+            best, hits = max(covered, key=lambda c: len(c[1] & left), default=(None, set()))
+            hit = hits & left
+            if best is None or not hit:
+                return len(candidates), cover, len(left)  # failures no rule explains: each its own cause
             left -= hit
-            cover += 1
-        return len(candidates), cover
+            cover.append(best)
+        return len(candidates), cover, 0
 
 
 def _scope(r: Rule) -> tuple[object, ...]:
@@ -355,7 +361,7 @@ def hypervolume(points: list[tuple[float, float]]) -> float:
     return area
 
 
-GENERATOR = "v4"  # the generator's version: its landscapes are cached apart from earlier ones
+GENERATOR = "v5"  # the generator's version: its landscapes are cached apart from earlier ones
 WORLD_FILES = {
     "glm5-nvfp4-sm120": "glm5-nvfp4-sm120-sim.yaml",
     "dsv32-fp8-h200": "dsv32-fp8-h200-sim.yaml",

@@ -11,8 +11,11 @@
 
 A family is the seed modulo the number of families, so the training and the test seeds hold every
 family in equal shares. Every family may also draw an infeasible baseline, failures tied to one
-role of a backend (prefill or decode) or to a KV dtype in mixed pairs, and a benchmark of more
-prompts than clients.
+role of a backend (prefill or decode) or to a KV dtype in mixed pairs, backends missing kernels for
+the GPU, and a benchmark of more prompts than clients. Each family says how often its fraction range
+is tight (its top just past where a drawn share of the memory groups run out: the failure causes
+then span 20-30 in many landscapes, decode-bound the most with its many backends, pairs, graph sizes
+and running caps) or loose (few causes); mixed is the mildest.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class Shape:
     p_role: float  # chance a failure mechanism holds in one role only
     slo: bool  # a TPOT limit and a free-VRAM floor that bind the best
     p_infeasible_baseline: float
+    p_tight: float = 0.0  # chance the fraction range reaches past where memory groups run out
+    tight_reach: tuple[float, float] = (0.5, 1.0)  # the share of memory groups that run out in the range
+    p_gap: float = 0.0  # chance a backend built for the architecture lacks this chip's kernels (in a role)
 
 
 def _kv_bound(rng: random.Random) -> Shape:
@@ -62,15 +68,18 @@ def _kv_bound(rng: random.Random) -> Shape:
         prompts_per_client=rng.choice((1, 2)),
         weights_share=(0.5, 0.75),
         backends=(3, 4),
-        mixed_pairs=(1, 2, 3),
-        victims=(1, 2),
-        p_kv=0.6,
-        p_chunk=0.6,
-        p_running=0.3,
+        mixed_pairs=(2, 3, 4),
+        victims=(1, 2, 2),
+        p_kv=0.8,
+        p_chunk=0.8,
+        p_running=0.4,
         launch_overhead_ms=(1.5, 8.0),
         p_role=0.3,
         slo=False,
         p_infeasible_baseline=0.35,
+        p_tight=0.9,
+        tight_reach=(0.7, 1.0),
+        p_gap=0.15,
     )
 
 
@@ -83,16 +92,19 @@ def _decode_bound(rng: random.Random) -> Shape:
         concurrency=rng.choice((64, 128, 256)),
         prompts_per_client=rng.choice((1, 2)),
         weights_share=(0.35, 0.65),
-        backends=(4, 5, 6),
-        mixed_pairs=(3, 4, 5),
-        victims=(2, 3),
-        p_kv=0.6,
-        p_chunk=0.3,
-        p_running=0.4,
+        backends=(5, 5, 6),
+        mixed_pairs=(4, 5, 6, 7),
+        victims=(2, 3, 3, 4),
+        p_kv=0.85,
+        p_chunk=0.2,
+        p_running=0.85,
         launch_overhead_ms=(6.0, 16.0),
         p_role=0.5,
         slo=False,
         p_infeasible_baseline=0.35,
+        p_tight=0.9,
+        tight_reach=(0.55, 0.95),
+        p_gap=0.15,
     )
 
 
@@ -106,15 +118,18 @@ def _slo_bound(rng: random.Random) -> Shape:
         prompts_per_client=rng.choice((2, 3)),
         weights_share=(0.4, 0.7),
         backends=(3, 4),
-        mixed_pairs=(1, 2),
-        victims=(1, 2),
-        p_kv=0.4,
+        mixed_pairs=(2, 3, 4),
+        victims=(1, 2, 2),
+        p_kv=0.5,
         p_chunk=1.0,
         p_running=1.0,
         launch_overhead_ms=(2.0, 10.0),
         p_role=0.4,
         slo=True,
         p_infeasible_baseline=0.35,
+        p_tight=0.9,
+        tight_reach=(0.7, 1.0),
+        p_gap=0.15,
     )
 
 
@@ -131,16 +146,19 @@ def _mixed(rng: random.Random) -> Shape:
         concurrency=min(conc, 64) if kind == "long" else conc,
         prompts_per_client=rng.choice((1, 1, 2)),
         weights_share=(0.35, 0.72),
-        backends=(3, 4, 5),
-        mixed_pairs=(1, 2, 3),
-        victims=(1, 1, 2),
-        p_kv=0.4,
+        backends=(4, 5) if kind == "decode" else (3, 4, 5),  # a decode-heavy one tries more backends
+        mixed_pairs=(2, 3, 4, 5) if kind == "decode" else (1, 2, 3, 4),
+        victims=(1, 2, 2),
+        p_kv=0.5,
         p_chunk=0.5,
-        p_running=0.4,
+        p_running=0.5,
         launch_overhead_ms=(1.5, 14.0),
         p_role=0.2,
         slo=False,
         p_infeasible_baseline=0.25,
+        p_tight=0.7,
+        tight_reach=(0.5, 1.0),
+        p_gap=0.15,
     )
 
 
