@@ -43,7 +43,7 @@ from search_world import world  # noqa: E402
 
 from tuner.search import acquire, feasible, sampler, strategy  # noqa: E402
 from tuner.search.candidates import params_key  # noqa: E402
-from tuner.search.feasible import Outcome, log_p_feasible  # noqa: E402
+from tuner.search.feasible import Mechanism, Outcome, log_p_feasible  # noqa: E402
 from tuner.sim.generate import TEST_SEEDS, TRAIN_SEEDS  # noqa: E402
 from tuner.sim.generate_families import FAMILIES, family_of  # noqa: E402
 from tuner.space.sampling import joined_params  # noqa: E402
@@ -103,8 +103,11 @@ def score_run(job: tuple[dict[str, Any], Sequence[str]]) -> tuple[str, dict[str,
     try:
         for ask in run["asks"]:
             got.clear()
-            if not feasible.SUPPORT_PRIOR:  # the sampler's prior, recorded: off as the tweak says
-                ask = {**ask, "kw": {**ask["kw"], "support": None}}
+            priors = dict(ask["kw"].get("priors") or {})  # the sampler's, recorded: off as a tweak says
+            if not feasible.SUPPORT_PRIOR:
+                priors.pop(Mechanism.SUPPORT, None)
+            fits = ask["kw"].get("memory_fits") if feasible.MEMORY_PLANE else None
+            ask = {**ask, "kw": {**ask["kw"], "priors": priors, "memory_fits": fits}}
             strategy.choose(features, blocks, ask["seen"], ask["allowed"], **ask["kw"])
             if "acq" not in got:
                 continue
@@ -140,11 +143,11 @@ def _feasibility(
     outcomes = [
         Outcome(index=s.index, failed=s.mechanism, margins=s.margins, explained=s.explained) for s in seen
     ]
-    support = ask["kw"].get("support")
+    priors = ask["kw"].get("priors")
     log_p = log_p_feasible(
         features, blocks, outcomes, features.take(list(rows)), explained_label=strategy.EXPLAINED_LABEL,
         prior_strength=strategy.PRIOR_LATER if any(s.feasible for s in seen) else 1.0,
-        support=support, test_rows=rows if support is not None else None,
+        priors=priors, test_rows=rows, memory_fits=ask["kw"].get("memory_fits"),
     )  # fmt: skip
     p = np.clip(np.exp(log_p), 1e-4, 1 - 1e-4)
     base = min(0.95, max(0.05, float(np.mean([s.feasible for s in seen]))))

@@ -41,7 +41,7 @@ search can aim at the boundary, where the best usually sits.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from statistics import NormalDist
@@ -85,6 +85,7 @@ SPLIT_ROLES = True  # numerics and support: the prefill and decode backends as k
 KV_MAIN = True  # numerics: the KV dtype also as a main effect beside its interactions with the backends
 SLO_AVERAGE = False  # the SLO margins' models averaged over the knobs' relevance (surrogate.fit_predict)
 NUMERICS_BY_KV = False  # numerics: each backend feature as an interaction with the KV dtype (numerics_blocks)
+MEMORY_PLANE = True  # memory: a prior from the plane of free memory over the knobs' sizes (memory_trend)
 SUPPORT_PRIOR = True  # support: a prior from the kernels SGLang ships for the GPU (support_prior)
 BUILT_P = 0.97  # P(a backend runs) where SGLang ships its kernels for this GPU
 NOT_BUILT_P = 0.2  # ... where it does not (a build may still add it)
@@ -163,21 +164,40 @@ def log_p_feasible(
     *,
     explained_label: float = -1.0,
     prior_strength: float = 1.0,
-    support: Array | None = None,
+    priors: Mapping[Mechanism, Array] | None = None,
     test_rows: Sequence[int] | NDArray[np.int64] | None = None,
+    memory_fits: Array | None = None,
 ) -> Array:
     """log P(feasible) of the test rows: the sum over mechanisms of log P(past that stage), plus the
     SLO margins' log P(met). `prior_strength` scales the memory prior's fall toward the ends;
-    `support` (per row of `features`) is the support mechanism's prior label mean, and `test_rows`
-    the rows of `features` that `test` holds (both or neither)."""
+    `priors` (per mechanism, per row of `features`) are label prior means known from elsewhere (the
+    kernels SGLang ships for the GPU, the memory plane; NaN: the plain prior), and `test_rows` the
+    rows of `features` that `test` holds (needed with `priors` and `memory_fits`). `memory_fits` (per
+    row of `features`; NaN: not known) is P(the peak fits) from the plane of free memory
+    (tuner.search.memory_trend), which stands for the out-of-memory model where it is known."""
     out = np.zeros(test.cat.shape[0])
-    known = None
-    if support is not None and test_rows is not None:
-        known = (support, np.asarray(test_rows, dtype=np.int64))
+    at = None if test_rows is None else np.asarray(test_rows, dtype=np.int64)
     for mechanism in Mechanism:
-        given = known if mechanism is Mechanism.SUPPORT else None
-        out += _log_pass(features, blocks, seen, test, mechanism, explained_label, prior_strength, given)
+        known = (priors or {}).get(mechanism)
+        given = (known, at) if known is not None and at is not None else None
+        got = _log_pass(features, blocks, seen, test, mechanism, explained_label, prior_strength, given)
+        if mechanism is Mechanism.MEMORY and memory_fits is not None and at is not None:
+            fits = memory_fits[at]
+            with np.errstate(divide="ignore"):
+                got = np.where(np.isnan(fits), got, np.log(np.clip(np.nan_to_num(fits), 1e-6, 1.0)))
+        out += got
     out += _log_slo(features, blocks, seen, test)
+    return out
+
+
+def label_mean(p: Array) -> Array:
+    """The label prior mean m with Phi(m / sqrt(LABEL_NOISE)) = p, within the labels' own range [-1, 1]
+    (a launch's label is +1 or -1: a prior beyond it would read every launch as a surprise); NaN stays
+    NaN."""
+    q = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    inv = np.vectorize(NormalDist().inv_cdf, otypes=[float])
+    m = np.clip(math.sqrt(LABEL_NOISE) * inv(np.nan_to_num(q, nan=0.5)), -1.0, 1.0)
+    out: Array = np.where(np.isnan(q), np.nan, m)
     return out
 
 
@@ -187,13 +207,11 @@ def support_prior(built: Sequence[tuple[bool | None, ...]]) -> Array:
     backends of BUILT_P or NOT_BUILT_P (unknown: the plain prior), as a label mean m with
     Phi(m / sqrt(LABEL_NOISE)) = P."""
     plain = float(norm_cdf(np.asarray([1.5 / math.sqrt(LABEL_NOISE)]))[0])
-    out = np.empty(len(built))
+    p = np.ones(len(built))
     for i, flags in enumerate(built):
-        p = 1.0
         for f in flags:
-            p *= plain if f is None else (BUILT_P if f else NOT_BUILT_P)
-        out[i] = math.sqrt(LABEL_NOISE) * float(NormalDist().inv_cdf(min(max(p, 1e-6), 1 - 1e-6)))
-    return out
+            p[i] *= plain if f is None else (BUILT_P if f else NOT_BUILT_P)
+    return label_mean(p)
 
 
 def numerics_blocks(blocks: Sequence[Block]) -> list[Block]:
@@ -251,21 +269,23 @@ def _log_pass(
     order = _ORDERS.get(mechanism)
     known = given[0] if given is not None else None
 
-    def prior(f: Features, at: Sequence[int] | NDArray[np.int64] | None = None) -> Array:
-        if known is not None and at is not None:
-            out: Array = known[np.asarray(at, dtype=np.int64)]
-            return out
-        if order is None:
-            return np.full(len(f.cat), PASS_PRIOR)
+    def plain(f: Features, quiet: bool = False) -> Array:
+        if order is None:  # nothing failed at this stage yet (quiet): it is very likely passed
+            return np.full(len(f.cat), 1.5 if quiet else PASS_PRIOR)
         return memory_prior(f, mine, strength, mechanism)
+
+    def prior(f: Features, at: Sequence[int] | NDArray[np.int64] | None, quiet: bool = False) -> Array:
+        if known is None or at is None:
+            return plain(f, quiet)
+        row_prior = known[np.asarray(at, dtype=np.int64)]
+        out: Array = np.where(np.isnan(row_prior), plain(f, quiet), row_prior)
+        return out
 
     test_at = given[1] if given is not None else None
     if not rows or min(labels) > 0:
-        # nothing failed here yet: only the prior (and, for memory, its shape; for support, the kernels
-        # SGLang ships for the GPU) speaks
-        flat = np.full(len(test.cat), 1.5)
-        base = prior(test, test_at) if order is not None or known is not None else flat
-        z = base / math.sqrt(LABEL_NOISE)
+        # nothing failed here yet: only the prior speaks (for memory, its shape or the memory plane; for
+        # support, the kernels SGLang ships for the GPU)
+        z = prior(test, test_at, quiet=True) / math.sqrt(LABEL_NOISE)
     else:
         train = features.take(rows)
         post = fit_predict(train, np.asarray(labels) - prior(train, rows), test, mine, prior_mean=0.0,

@@ -26,8 +26,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.search import feasible, strategy
 from tuner.search.candidates import Candidates, candidates, params_key, running_batch
-from tuner.search.evidence import knobs_of
+from tuner.search.evidence import knobs_of, size_of
 from tuner.search.feasible import Mechanism, mechanism_of
+from tuner.search.memory_trend import fit_trend
 from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features
@@ -158,11 +159,13 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             if maximised and names[1:2] == ["kv_tokens"] and any(kv):
                 second = np.asarray(kv, dtype=np.float64)
         support = _support(found, trials)
+        priors = {Mechanism.SUPPORT: support} if support is not None else {}
         seed = (self._seed or 0) * 1_000_003 + trial.number
         left = None if self._budget is None else max(1, self._budget - launches)
         pick = choose(
             features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing,
-            left=left, budget=self._budget, pending=pending, capacity=capacity, support=support,
+            left=left, budget=self._budget, pending=pending, capacity=capacity, priors=priors,
+            memory_fits=_memory_plane(found, trials, seen),
         )  # fmt: skip
         if pick is None:
             return {}
@@ -179,6 +182,80 @@ def _kv_cover(space: SearchSpace, predicted: Sequence[float | None]) -> np.ndarr
     workload = space.bench.workload
     demand = float(batch) * (workload.input_len + workload.output_len)
     return np.asarray([-1.0 if kv is None else min(1.0, max(0.0, kv) / demand) for kv in predicted])
+
+
+def _memory_plane(
+    found: Candidates, trials: Sequence[FrozenTrial], seen: Sequence[Seen]
+) -> np.ndarray | None:
+    """P(the peak fits) per candidate from the plane of free memory over the memory knobs
+    (tuner.search.memory_trend), fitted on the launches that measured their lowest free memory and on
+    those that ran out of it (at a little below none free: the peak just missed, the closest a failure
+    can say); None until one measured and two in all, or when no launch told its GPU's memory. NaN
+    where a candidate's size is not known (SGLang's own graph list)."""
+    if not feasible.MEMORY_PLANE:
+        return None
+    attrs = {t.number: t.user_attrs for t in trials}
+    total = max((_number_or(a.get("gpu_total_mib")) for a in attrs.values()), default=0.0)
+    rows, free = [], []
+    for s in seen:
+        got = (
+            _number_or(attrs.get(s.trial, {}).get("min_free_vram_mib"), math.nan)
+            if s.trial is not None
+            else math.nan
+        )
+        if s.log_first is not None and math.isfinite(got):
+            rows.append(s.index)
+            free.append(got)
+    if not rows:
+        return None
+    for s in seen:
+        if s.failed is Mechanism.MEMORY:
+            rows.append(s.index)
+            free.append(-OOM_SHORT * total)
+    sizes = memory_sizes(found)
+    known = [i for i, r in enumerate(rows) if not np.isnan(sizes[r]).any()]
+    trend = fit_trend(sizes[[rows[i] for i in known]], np.asarray([free[i] for i in known]), total)
+    if trend is None:
+        return None
+    unknown = np.isnan(sizes).any(axis=1)
+    out: np.ndarray = np.where(unknown, np.nan, trend.p_fits(np.nan_to_num(sizes)))
+    return out
+
+
+def _number_or(value: object, default: float = 0.0) -> float:
+    return float(value) if _number(value) else default  # type: ignore[arg-type]
+
+
+_SIZES: dict[int, tuple[Candidates, np.ndarray]] = {}
+OOM_SHORT = 0.02  # a launch that ran out of memory: its peak missed by this share of the GPU, as read
+
+
+def memory_sizes(found: Candidates) -> np.ndarray:
+    """Per candidate, the sizes that set its peak memory, each on [0, 1] over the space: the fraction,
+    graphs on, the largest captured batch, and every other flag whose knob has a size (the prefill
+    chunk, the running cap, the KV dtype's bytes). NaN: SGLang's own graph list (its size is the
+    release's)."""
+    hit = _SIZES.get(id(found))
+    if hit is not None and hit[0] is found:
+        return hit[1]
+    knobs = [knobs_of(c) for c in found.configs]
+    names = sorted({n for k in knobs for n, v in k.others if size_of(n, v) is not None})
+    raw = np.full((len(knobs), 3 + len(names)), np.nan)
+    for i, k in enumerate(knobs):
+        raw[i, 0] = k.fraction if k.fraction is not None else np.nan
+        raw[i, 1] = 1.0 if k.graphs else 0.0
+        raw[i, 2] = float(k.graph_max_bs) if k.graph_max_bs else (np.nan if k.graphs else 0.0)
+        others = dict(k.others)
+        for j, n in enumerate(names):
+            size = size_of(n, others[n]) if n in others else 0.0
+            raw[i, 3 + j] = size if size is not None else 0.0
+    low, high = np.nanmin(raw, axis=0), np.nanmax(raw, axis=0)
+    span = np.where(high > low, high - low, 1.0)
+    out: np.ndarray = (raw - low) / span
+    if len(_SIZES) > 8:
+        _SIZES.clear()
+    _SIZES[id(found)] = (found, out)
+    return out
 
 
 def _support(found: Candidates, trials: Sequence[FrozenTrial]) -> np.ndarray | None:

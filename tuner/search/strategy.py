@@ -27,7 +27,7 @@ restarts and workers with their own seeds do not walk one path; one seed always 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,7 +90,8 @@ def choose(
     budget: int | None = None,
     pending: Sequence[int] = (),
     capacity: Array | None = None,
-    support: Array | None = None,
+    priors: Mapping[Mechanism, Array] | None = None,
+    memory_fits: Array | None = None,
 ) -> int | None:
     """The index of the next candidate to launch, or None when none is allowed.
 
@@ -98,7 +99,9 @@ def choose(
     launches measured one). `rank` k > 0 takes the k-th best draw: k trials asked before this one
     are still choosing (their params not yet written). `left` / `budget`: launches left and in all.
     `capacity`: per candidate, a feature of the objective's model only (KV_COVER; -1 unknown).
-    `support`: per candidate, the support mechanism's prior (feasible.support_prior), if known.
+    `priors`: per failure mechanism, a label prior mean per candidate known from elsewhere (the
+    kernels SGLang ships for the GPU; tuner.search.feasible.log_p_feasible). `memory_fits`: per
+    candidate, P(its peak memory fits) from the plane of free memory (NaN: not known).
     """
     mask = np.asarray(allowed, dtype=bool)
     if not mask.any():
@@ -111,8 +114,8 @@ def choose(
     known = any(s.feasible for s in seen)
     log_p = log_p_feasible(
         features, blocks, outcomes, test, explained_label=EXPLAINED_LABEL,
-        prior_strength=PRIOR_LATER if known else 1.0, support=support,
-        test_rows=open_rows if support is not None else None,
+        prior_strength=PRIOR_LATER if known else 1.0, priors=priors, test_rows=open_rows,
+        memory_fits=memory_fits,
     )  # fmt: skip
     measured = [s for s in seen if s.log_first is not None]
     waiting = features.take(list(pending)) if pending else None
@@ -171,8 +174,14 @@ def _posterior(
     )
     train = features.take([s.index for s in measured])
     post = fit_predict(
-        train, y, both, blocks, scale=spread, pending=waiting, noise_sd=NOISE_SD if NOISE_PRIOR else None,
-        average=AVERAGE
+        train,
+        y,
+        both,
+        blocks,
+        scale=spread,
+        pending=waiting,
+        noise_sd=NOISE_SD if NOISE_PRIOR else None,
+        average=AVERAGE,
     )
     # the incumbent by the model's mean, not the luckiest noisy measurement
     best = math.exp(float(np.max(post.mean[n:]))) if good else None

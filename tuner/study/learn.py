@@ -58,6 +58,7 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
         "min_free_vram_mib": verdict.metrics.get("min_free_vram_mib"),
         # the GPU it ran on: which kernels SGLang ships for it (tuner.sglang.backend_support)
         "compute_capability": result.gpus[0].compute_capability if result.gpus else None,
+        "gpu_total_mib": result.gpus[0].total_mib if result.gpus else None,
     }
 
 

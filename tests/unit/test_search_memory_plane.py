@@ -1,0 +1,137 @@
+"""The plane of free memory over the memory knobs (tuner.search.memory_trend): fitted on a few launches
+of some groups, it places the out-of-memory boundary of groups no launch has tried."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from tuner.search.feasible import Mechanism
+from tuner.search.memory_trend import fit_trend
+from tuner.search.sampler import _memory_plane, memory_sizes, space_candidates
+from tuner.search.strategy import Seen
+from tuner.space.loader import load_space, suggest
+from tuner.space.sampling import sampler_params
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml"  # fraction 0.78-0.95; graphs off, 64, 128, 256
+TOTAL = 143_771.0
+
+
+def free_of(fraction: float, max_bs: int) -> float:
+    """A GPU whose peak grows with the static pool and by 60 MiB per captured batch size."""
+    return TOTAL * (0.97 - fraction) - 60.0 * max_bs
+
+
+def test_the_plane_recovers_a_linear_peak_and_says_where_it_stops_fitting() -> None:
+    # sizes on [0, 1]: (fraction over 0.78-0.95, graphs on, largest batch over 0-256)
+    def row(f: float, bs: int) -> list[float]:
+        return [(f - 0.78) / 0.17, 1.0 if bs else 0.0, bs / 256]
+
+    launched = [(0.80, 0), (0.90, 0), (0.85, 64), (0.82, 128)]
+    trend = fit_trend(
+        np.asarray([row(*x) for x in launched]), np.asarray([free_of(*x) for x in launched]), TOTAL
+    )
+    assert trend is not None
+    mu, _ = trend.predict(np.asarray([row(0.93, 256), row(0.80, 256)]))
+    assert mu == pytest.approx([free_of(0.93, 256), free_of(0.80, 256)], abs=0.03 * TOTAL)
+    p = trend.p_fits(np.asarray([row(0.95, 256), row(0.79, 0)]))
+    assert p[0] < 0.3 and p[1] > 0.9
+    assert fit_trend(np.asarray([row(0.8, 0)]), np.asarray([free_of(0.8, 0)]), TOTAL) is None  # one launch
+    assert fit_trend(np.asarray([row(*x) for x in launched]), np.ones(4), 0.0) is None  # no GPU size
+
+
+def _study(launches: list[tuple[float, str | int, float | None]], total: float | None) -> optuna.Study:
+    space = load_space(H200)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    for fraction, graphs, free in launches:
+        params = {
+            "mem-fraction-static": fraction,
+            "cuda_graph": graphs,
+            "sparse_backends": "flashmla_kv/flashmla_kv",
+        }
+        study.enqueue_trial(sampler_params(space, params))
+        trial = study.ask()
+        suggest(space, trial)
+        trial.set_user_attr("gpu_total_mib", total)
+        trial.set_user_attr("feasible", free is not None)
+        trial.set_user_attr("outcome", "ok" if free is not None else "oom")
+        trial.set_user_attr("failure", None if free is not None else "oom")
+        trial.set_user_attr("min_free_vram_mib", free)
+        if free is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(trial, [1000.0, 1e5])
+    return study
+
+
+def _seen(study: optuna.Study, found_index: dict[str, int]) -> list[Seen]:
+    from tuner.search.candidates import params_key
+    from tuner.space.sampling import joined_params
+
+    space = load_space(H200)
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        ok = t.user_attrs["feasible"]
+        out.append(
+            Seen(
+                index=found_index[params_key(joined_params(space, t.params))], log_first=0.0 if ok else None,
+                second=None, feasible=ok, trial=t.number, failed=None if ok else Mechanism.MEMORY,
+            )
+        )  # fmt: skip
+    return out
+
+
+def test_the_sampler_places_an_untried_graph_size_from_the_launches_of_others() -> None:
+    space = load_space(H200)
+    found, _ = space_candidates(space)
+    launches = [
+        (0.80, "off", free_of(0.80, 0)),
+        (0.90, "off", free_of(0.90, 0)),
+        (0.85, "max:64", free_of(0.85, 64)),
+        (0.82, "max:128", free_of(0.82, 128)),
+    ]
+    study = _study(launches, TOTAL)
+    fits = _memory_plane(found, study.get_trials(deepcopy=False), _seen(study, found.index()))
+    assert fits is not None
+    p = {(c.mem_fraction_static, (c.cuda_graph.effective_max_bs or 0) if c.cuda_graph else 0): fits[i]
+         for i, c in enumerate(found.configs) if c.sparse_prefill_backend == "flashmla_kv"}  # fmt: skip
+    assert p[(0.95, 256)] < 0.3  # never launched with graphs of 256: past its boundary at the top
+    assert p[(0.79, 256)] > 0.8  # ... and clear of it at the bottom
+    assert p[(0.8, 64)] > p[(0.95, 64)]
+    no_size = _study(launches, None)  # an older study: no GPU size told
+    assert _memory_plane(found, no_size.get_trials(deepcopy=False), _seen(no_size, found.index())) is None
+
+
+def test_a_launch_that_ran_out_of_memory_pulls_the_plane_down_around_it() -> None:
+    space = load_space(H200)
+    found, _ = space_candidates(space)
+    ran = [(0.80, "off", free_of(0.80, 0)), (0.86, "off", free_of(0.86, 0))]
+    plain = _study(ran, TOTAL)
+    failed = _study([*ran, (0.84, "max:128", None)], TOTAL)
+    before = _memory_plane(found, plain.get_trials(deepcopy=False), _seen(plain, found.index()))
+    after = _memory_plane(found, failed.get_trials(deepcopy=False), _seen(failed, found.index()))
+    assert before is not None and after is not None
+    row = next(
+        i for i, c in enumerate(found.configs)
+        if c.mem_fraction_static == 0.83 and c.cuda_graph and c.cuda_graph.effective_max_bs == 128
+        and c.sparse_prefill_backend == "flashmla_kv"
+    )  # fmt: skip
+    assert after[row] < before[row]
+
+
+def test_the_sizes_are_on_the_unit_range_and_unknown_for_sglangs_own_graph_list() -> None:
+    space = load_space(ROOT / "search_spaces" / "glm5-nvfp4-b200-tp4-sim.yaml")  # graphs: off, 32, 64, on
+    found, _ = space_candidates(space)
+    sizes = memory_sizes(found)
+    known = ~np.isnan(sizes).any(axis=1)
+    assert known.any() and not known.all()
+    assert (sizes[known] >= 0).all() and (sizes[known] <= 1).all()
+    for i, c in enumerate(found.configs):
+        assert known[i] == (
+            c.cuda_graph is None or not c.cuda_graph.enabled or c.cuda_graph.effective_max_bs is not None
+        )

@@ -1,0 +1,72 @@
+"""Free GPU memory as a plane over the memory knobs, across every group of launches.
+
+    fit_trend(sizes[launched], free[launched], total_mib) -> Trend;  trend.p_fits(sizes) -> P(free > 0)
+
+What a server leaves free at its peak is the GPU's memory less the static pool (the fraction of
+it), the CUDA graphs (growing with the largest captured batch), the activations (growing with the
+prefill chunk and the running batch) and the runtime: close to linear in those sizes. The memory
+model of tuner.search.memory fits one line per group of launches that differ only in the fraction;
+this plane shares what the groups have in common, so a group no launch has tried yet (a larger
+graph, another chunk) already has a predicted boundary, and the search does not learn each group's
+out-of-memory point by running out of memory there.
+
+Bayesian linear regression on the launches that measured their lowest free memory: a normal prior
+on each coefficient scaled by the GPU's memory (every knob may move the peak by up to about a third
+of it across its range), a noise of 2% of it; P(fits) = Phi(mean / sd) of the predicted free memory.
+Pure numpy over the candidates' size features (tuner.search.candidates.memory_sizes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float64]
+COEF_SD = 0.3  # prior sd of a size's coefficient, as a share of the GPU's memory (sizes on [0, 1])
+NOISE = 0.02  # the plane's residual sd, as a share of the GPU's memory
+MIN_LAUNCHES = 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Trend:
+    """The fitted plane: posterior mean and covariance of its coefficients (intercept first), MiB."""
+
+    mean: Array
+    cov: Array
+    noise_mib: float
+
+    def predict(self, sizes: Array) -> tuple[Array, Array]:
+        """Predicted lowest free MiB (mean, sd) at each row of `sizes`."""
+        a = _design(sizes)
+        mu: Array = a @ self.mean
+        var = np.einsum("ij,jk,ik->i", a, self.cov, a) + self.noise_mib**2
+        return mu, np.sqrt(var)
+
+    def p_fits(self, sizes: Array) -> Array:
+        """P(the peak fits: predicted lowest free memory > 0) at each row."""
+        mu, sd = self.predict(sizes)
+        z = mu / sd
+        out: Array = 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+        return out
+
+
+def _design(sizes: Array) -> Array:
+    s = np.asarray(sizes, dtype=np.float64)
+    return np.column_stack([np.ones(len(s)), s])
+
+
+def fit_trend(sizes: Array, free_mib: Array, total_mib: float) -> Trend | None:
+    """The plane through these launches (None: fewer than MIN_LAUNCHES, or no GPU size known)."""
+    if len(free_mib) < MIN_LAUNCHES or not total_mib or total_mib <= 0:
+        return None
+    a = _design(sizes)
+    noise = NOISE * total_mib
+    prior = np.full(a.shape[1], 1.0 / (COEF_SD * total_mib) ** 2)
+    prior[0] = 1.0 / (10.0 * total_mib) ** 2  # the intercept: where the plane sits is the data's
+    precision = a.T @ a / noise**2 + np.diag(prior)
+    cov = np.linalg.inv(precision)
+    mean = cov @ a.T @ np.asarray(free_mib, dtype=np.float64) / noise**2
+    return Trend(mean=mean, cov=cov, noise_mib=noise)
