@@ -135,3 +135,31 @@ def test_the_sizes_are_on_the_unit_range_and_unknown_for_sglangs_own_graph_list(
         assert known[i] == (
             c.cuda_graph is None or not c.cuda_graph.enabled or c.cuda_graph.effective_max_bs is not None
         )
+
+
+def test_an_out_of_memory_launch_is_a_censored_value_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one knob on [0, 1] (the fraction); the truth: free = 0.3 T - 0.5 T x size
+    def truth(x: float) -> float:
+        return TOTAL * (0.3 - 0.5 * x)
+
+    launched = np.asarray([[0.0], [0.2], [0.4]])
+    free = np.asarray([truth(0.0), truth(0.2), truth(0.4)])
+    far = np.asarray([[1.0]])  # ran out of memory far past the boundary (truth -0.2 T)
+    plain = fit_trend(launched, free, TOTAL, far)
+    monkeypatch.setattr("tuner.search.memory_trend.CENSORED", True)
+    censored = fit_trend(launched, free, TOTAL, far)
+    assert plain is not None and censored is not None
+    at = np.asarray([[0.8], [1.0]])
+    plain_mu, _ = plain.predict(at)
+    censored_mu, _ = censored.predict(at)
+    # as a value at -2% the failure pulls the plane up toward itself; censored, it says "below -2%" only
+    assert plain_mu[1] > censored_mu[1]
+    assert abs(censored_mu[0] - truth(0.8)) < abs(plain_mu[0] - truth(0.8))
+    assert censored_mu[1] < -0.02 * TOTAL
+    # a failure where the measured launches put a fit lowers the chance of a fit there, either way
+    near = np.asarray([[0.5]])  # the measured line says 0.05 T free there
+    for censor in (True, False):
+        monkeypatch.setattr("tuner.search.memory_trend.CENSORED", censor)
+        without, with_failure = fit_trend(launched, free, TOTAL), fit_trend(launched, free, TOTAL, near)
+        assert without is not None and with_failure is not None
+        assert with_failure.p_fits(near)[0] < without.p_fits(near)[0] - 0.2

@@ -13,7 +13,11 @@ out-of-memory point by running out of memory there.
 Bayesian linear regression on the launches that measured their lowest free memory: a normal prior
 on each coefficient scaled by the GPU's memory (every knob may move the peak by up to about a third
 of it across its range), a noise of 2% of it; P(fits) = Phi(mean / sd) of the predicted free memory.
-Pure numpy over the candidates' size features (tuner.search.candidates.memory_sizes).
+A launch that ran out of memory says only that its peak missed: by default it enters as a launch
+that missed by OOM_SHORT of the GPU; with CENSORED (measured, docs/design.md) as a censored one (Tobit
+by expectation-maximisation: its value is the plane's expectation given that it missed by at least
+that much, refitted until it settles), so an out-of-memory launch far past the boundary no longer pulls the
+plane up toward itself. Pure numpy over the candidates' size features (sampler.memory_sizes).
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ Array = NDArray[np.float64]
 COEF_SD = 0.3  # prior sd of a size's coefficient, as a share of the GPU's memory (sizes on [0, 1])
 NOISE = 0.02  # the plane's residual sd, as a share of the GPU's memory
 MIN_LAUNCHES = 2
+OOM_SHORT = 0.02  # a launch that ran out of memory: its peak missed by at least this share of the GPU
+CENSORED = False  # out-of-memory launches as censored values (EM), not as values at -OOM_SHORT
+EM_STEPS = 20
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,15 +65,42 @@ def _design(sizes: Array) -> Array:
     return np.column_stack([np.ones(len(s)), s])
 
 
-def fit_trend(sizes: Array, free_mib: Array, total_mib: float) -> Trend | None:
-    """The plane through these launches (None: fewer than MIN_LAUNCHES, or no GPU size known)."""
-    if len(free_mib) < MIN_LAUNCHES or not total_mib or total_mib <= 0:
+def fit_trend(sizes: Array, free_mib: Array, total_mib: float, failed: Array | None = None) -> Trend | None:
+    """The plane through these launches and the out-of-memory launches at `failed` (None: fewer than
+    MIN_LAUNCHES in all, or no GPU size known)."""
+    measured = np.asarray(sizes, dtype=np.float64)
+    failed = np.zeros((0, measured.shape[1])) if failed is None else np.asarray(failed, dtype=np.float64)
+    if len(free_mib) + len(failed) < MIN_LAUNCHES or not total_mib or total_mib <= 0:
         return None
-    a = _design(sizes)
+    bound = -OOM_SHORT * total_mib
+    a = _design(np.vstack([measured, failed.reshape(-1, measured.shape[1])]))
+    y = np.concatenate([np.asarray(free_mib, dtype=np.float64), np.full(len(failed), bound)])
     noise = NOISE * total_mib
     prior = np.full(a.shape[1], 1.0 / (COEF_SD * total_mib) ** 2)
     prior[0] = 1.0 / (10.0 * total_mib) ** 2  # the intercept: where the plane sits is the data's
-    precision = a.T @ a / noise**2 + np.diag(prior)
-    cov = np.linalg.inv(precision)
-    mean = cov @ a.T @ np.asarray(free_mib, dtype=np.float64) / noise**2
+    cov = np.linalg.inv(a.T @ a / noise**2 + np.diag(prior))
+    mean = cov @ a.T @ y / noise**2
+    if CENSORED and len(failed):
+        short_rows = np.arange(len(free_mib), len(y))
+        for _ in range(EM_STEPS):
+            mu = a[short_rows] @ mean
+            alpha = (bound - mu) / noise
+            y[short_rows] = mu - noise * _mills(alpha)  # E[free | free < bound]
+            updated = cov @ a.T @ y / noise**2
+            settled = np.max(np.abs(updated - mean)) < 1e-3 * total_mib
+            mean = updated
+            if settled:
+                break
     return Trend(mean=mean, cov=cov, noise_mib=noise)
+
+
+def _mills(alpha: Array) -> Array:
+    """phi(alpha) / Phi(alpha), stable in the lower tail (there about -alpha)."""
+    out = np.empty_like(alpha)
+    for i, x in enumerate(alpha):
+        if x > -8.0:
+            cdf = 0.5 * math.erfc(-x / math.sqrt(2.0))
+            out[i] = math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) / cdf
+        else:
+            out[i] = -x / (1.0 - 1.0 / (x * x) + 3.0 / x**4)
+    return out

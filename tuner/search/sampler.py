@@ -208,13 +208,12 @@ def _memory_plane(
             free.append(got)
     if not rows:
         return None
-    for s in seen:
-        if s.failed is Mechanism.MEMORY:
-            rows.append(s.index)
-            free.append(-OOM_SHORT * total)
     sizes = memory_sizes(found)
     known = [i for i, r in enumerate(rows) if not np.isnan(sizes[r]).any()]
-    trend = fit_trend(sizes[[rows[i] for i in known]], np.asarray([free[i] for i in known]), total)
+    short = [s.index for s in seen if s.failed is Mechanism.MEMORY and not np.isnan(sizes[s.index]).any()]
+    trend = fit_trend(
+        sizes[[rows[i] for i in known]], np.asarray([free[i] for i in known]), total, sizes[short]
+    )
     if trend is None:
         return None
     unknown = np.isnan(sizes).any(axis=1)
@@ -227,7 +226,6 @@ def _number_or(value: object, default: float = 0.0) -> float:
 
 
 _SIZES: dict[int, tuple[Candidates, np.ndarray]] = {}
-OOM_SHORT = 0.02  # a launch that ran out of memory: its peak missed by this share of the GPU, as read
 
 
 def memory_sizes(found: Candidates) -> np.ndarray:
