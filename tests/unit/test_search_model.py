@@ -81,6 +81,19 @@ def test_no_open_candidate_scores_exactly_zero_or_nan_after_twenty_launches() ->
     assert len(set(np.round(logs, 9))) > 0.9 * len(logs)  # the choice never falls to tie-breaking
 
 
+def test_an_improvement_threshold_ranks_a_certain_twin_of_the_incumbent_below_an_uncertain_guess() -> None:
+    best = 1000.0
+    twin, far = math.log(best), math.log(0.9 * best)  # the incumbent's flat neighbour; a 10% worse guess
+    mu, sd = np.asarray([twin, far]), np.asarray([0.02, 0.1])
+    logs = {
+        by: log_scores(mu, sd, np.zeros(2), best=best, second=None, front=[], improve_by=by)
+        for by in (0.0, 0.03)
+    }
+    assert logs[0.0][0] > logs[0.0][1]  # plain EI: the twin's sliver of noise wins
+    assert logs[0.03][0] < logs[0.03][1]  # a 3% gain is out of the twin's reach, not of the other's
+    assert np.all(np.isfinite(logs[0.03]))
+
+
 def test_a_garbage_failure_lowers_its_pair_and_dtype_not_the_pair_with_another_dtype() -> None:
     seen = [
         Outcome(index=row(4, 0, 0, 0), failed=None),

@@ -129,8 +129,10 @@ def log_scores(
     second: Array | None,
     front: Sequence[tuple[float, float]],
     hv_weight: float = 1.0,
+    improve_by: float = 0.0,
 ) -> Array:
-    """The log acquisition of every candidate (higher is better); `best` is the incumbent first objective.
+    """The log acquisition of every candidate (higher is better); `best` is the incumbent first objective,
+    `improve_by` the share above it that counts as an improvement (expected excess over best x (1 + it)).
 
     Nothing feasible measured yet: log P(feasible) + log sd (where the model knows least and a launch
     likely runs).
@@ -138,7 +140,7 @@ def log_scores(
     if best is None or best <= 0:
         out: Array = log_p_feasible + np.log(np.maximum(sd, 1e-12))
         return out
-    gain = log_expected_excess(mu, sd, best) - math.log(best)
+    gain = log_expected_excess(mu, sd, best * (1.0 + improve_by)) - math.log(best)
     if second is not None and front:
         hv = hypervolume(front)
         if hv > 0:

@@ -43,6 +43,9 @@ HV_WEIGHT = 0.1  # EHVI relative to EI: the second objective is often predicted,
 MIN_SPREAD = 0.15  # log-objective spread assumed before the launches show one (configurations differ ~15%)
 EXPLORE = 3.0  # posterior variance inflation at the start of the budget, falling linearly to 0
 TEMPERATURE = 0.15  # Gumbel-max temperature on the log score (0: always the argmax)
+# expected improvement of at least this share over the incumbent: a gain within the benchmark's noise
+# (a fraction twin of the incumbent on a flat stretch) is no gain
+IMPROVE_BY = 0.0
 PRIOR_LATER = 0.0  # the memory prior's strength once a feasible launch is known (1 before)
 # Measured options, off (docs/design.md gives the figures):
 AVERAGE = False  # average the objective's model over the knobs' relevance and noise (fit_predict)
@@ -129,7 +132,9 @@ def choose(
     predicted = None if second is None else second[open_rows]
     if predicted is None and front:
         predicted = _second_of(features, blocks, measured, test)
-    acq = log_scores(mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT)
+    acq = log_scores(
+        mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT, improve_by=IMPROVE_BY
+    )
     rng = np.random.default_rng(seed & 0xFFFFFFFF)
     noisy = acq + TEMPERATURE * rng.gumbel(size=len(acq)) if TEMPERATURE > 0 else acq
     order = np.argsort(-noisy, kind="stable")
