@@ -9,9 +9,10 @@ import numpy as np
 import optuna
 import pytest
 
+from tuner.search import sampler
 from tuner.search.feasible import Mechanism
 from tuner.search.memory_trend import fit_trend
-from tuner.search.sampler import _memory_plane, memory_sizes, space_candidates
+from tuner.search.sampler import _memory_plane, _running_offset, memory_sizes, space_candidates
 from tuner.search.strategy import Seen
 from tuner.space.loader import load_space, suggest
 from tuner.space.sampling import sampler_params
@@ -163,3 +164,25 @@ def test_an_out_of_memory_launch_is_a_censored_value_when_asked(monkeypatch: pyt
         without, with_failure = fit_trend(launched, free, TOTAL), fit_trend(launched, free, TOTAL, near)
         assert without is not None and with_failure is not None
         assert with_failure.p_fits(near)[0] < without.p_fits(near)[0] - 0.2
+
+
+def test_the_running_cap_prior_lowers_a_cap_below_the_clients_for_throughput_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()
+    text = text.replace(
+        "params:\n", "params:\n  - {name: max-running-requests, kind: categorical, choices: [16, 64, 256]}\n"
+    ).replace("{concurrency: 4, num_prompts: 8}", "{concurrency: 64, num_prompts: 128}")
+    text = text.replace("chunked-prefill-size: null}", "chunked-prefill-size: null, max-running-requests: 64}")
+    (tmp_path / "space.yaml").write_text(text)
+    space = load_space(tmp_path / "space.yaml")
+    found, _ = space_candidates(space)
+    maximise = [optuna.study.StudyDirection.MAXIMIZE] * 2
+    assert _running_offset(space, found, ["output_throughput", "kv_tokens"], maximise) is None  # off
+    monkeypatch.setattr(sampler, "RUNNING_PRIOR", 0.5)
+    offset = _running_offset(space, found, ["output_throughput", "kv_tokens"], maximise)
+    assert offset is not None
+    by_cap = {p["max-running-requests"]: float(o) for p, o in zip(found.params, offset, strict=True)}
+    assert by_cap == pytest.approx({16: 0.5 * np.log(16 / 64), 64: 0.0, 256: 0.0})  # the clients cap it
+    minimise = [optuna.study.StudyDirection.MINIMIZE, maximise[1]]
+    assert _running_offset(space, found, ["ttft_p99_ms", "kv_tokens"], minimise) is None

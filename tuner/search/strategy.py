@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -95,6 +95,7 @@ def choose(
     capacity: Array | None = None,
     priors: Mapping[Mechanism, Array] | None = None,
     memory_fits: Array | None = None,
+    offset: Array | None = None,
 ) -> int | None:
     """The index of the next candidate to launch, or None when none is allowed.
 
@@ -104,7 +105,8 @@ def choose(
     `capacity`: per candidate, a feature of the objective's model only (KV_COVER; -1 unknown).
     `priors`: per failure mechanism, a label prior mean per candidate known from elsewhere (the
     kernels SGLang ships for the GPU; tuner.search.feasible.log_p_feasible). `memory_fits`: per
-    candidate, P(its peak memory fits) from the plane of free memory (NaN: not known).
+    candidate, P(its peak memory fits) from the plane of free memory (NaN: not known). `offset`: per
+    candidate, a prior mean of the log first objective that the model learns around (physics).
     """
     mask = np.asarray(allowed, dtype=bool)
     if not mask.any():
@@ -124,7 +126,12 @@ def choose(
     waiting = features.take(list(pending)) if pending else None
     if capacity is not None:
         features, blocks, test, waiting = _with_column(features, blocks, capacity, open_rows, pending)
-    mu, sd, best = _posterior(features, blocks, measured, test, waiting)
+    shift = None if offset is None else np.asarray(offset, dtype=np.float64)
+    if shift is not None:  # the model learns the rest around the prior mean
+        measured = [replace(s, log_first=(s.log_first or 0.0) - float(shift[s.index])) for s in measured]
+    mu, sd, best = _posterior(features, blocks, measured, test, waiting, shift)
+    if shift is not None:
+        mu = mu + shift[open_rows]
     if left is not None and budget:
         sd = sd * math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
     front = [(math.exp(s.log_first), s.second) for s in measured
@@ -162,6 +169,7 @@ def _posterior(
     measured: Sequence[Seen],
     test: Features,
     waiting: Features | None,
+    shift: Array | None = None,
 ) -> tuple[Array, Array, float | None]:
     """The first objective's log posterior (mean, sd) over the open candidates, and the incumbent by the
     model's mean (None until a feasible launch was measured). With nothing measured: a flat prior,
@@ -189,7 +197,8 @@ def _posterior(
         average=AVERAGE,
     )
     # the incumbent by the model's mean, not the luckiest noisy measurement
-    best = math.exp(float(np.max(post.mean[n:]))) if good else None
+    at_good = post.mean[n:] + (shift[good] if shift is not None else 0.0)
+    best = math.exp(float(np.max(at_good))) if good else None
     return post.mean[:n], post.sd[:n], best
 
 
