@@ -173,7 +173,7 @@ def test_the_running_cap_prior_lowers_a_cap_below_the_clients_for_throughput_onl
     text = text.replace(
         "params:\n", "params:\n  - {name: max-running-requests, kind: categorical, choices: [16, 64, 256]}\n"
     ).replace("{concurrency: 4, num_prompts: 8}", "{concurrency: 64, num_prompts: 128}")
-    text = text.replace("chunked-prefill-size: null}", "chunked-prefill-size: null, max-running-requests: 64}")
+    text = text.replace("size: null}", "size: null, max-running-requests: 64}")  # the baseline
     (tmp_path / "space.yaml").write_text(text)
     space = load_space(tmp_path / "space.yaml")
     found, _ = space_candidates(space)
