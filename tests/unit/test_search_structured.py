@@ -17,7 +17,7 @@ from tuner.search.candidates import Block, candidates, params_key
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.policy import Policy, build_policy
 from tuner.search.sampler import StructuredSampler, _kv_cover
-from tuner.search.strategy import Seen, _posterior, _with_column, choose
+from tuner.search.strategy import Seen, _neighbours, _posterior, _with_column, choose
 from tuner.search.surrogate import Features, combine, fit_predict, knob_kernels
 from tuner.space.loader import SearchSpace, load_space, suggest
 from tuner.space.sampling import joined_params, sampler_params
@@ -249,11 +249,11 @@ def test_a_capacity_column_lets_the_model_see_a_cliff_the_knobs_place_apart() ->
     rows = random.Random(5).sample(range(len(GRID)), 16)
     seen = [Seen(index=i, log_first=float(y[i]), second=None, feasible=True) for i in rows]
     every = list(range(len(GRID)))
-    plain, _, _ = _posterior(FEATURES, BLOCKS, seen, FEATURES, None)
+    plain, _, _, _ = _posterior(FEATURES, BLOCKS, seen, FEATURES, None)
     features, blocks, test, waiting = _with_column(FEATURES, BLOCKS, cover, every, [])
     assert len(blocks) == len(BLOCKS) + 1 and features.num.shape[1] == FEATURES.num.shape[1] + 1
     assert waiting is None and np.array_equal(test.num[:, -1], cover)
-    wider, _, _ = _posterior(features, blocks, seen, test, None)
+    wider, _, _, _ = _posterior(features, blocks, seen, test, None)
     assert np.sqrt(np.mean((wider - y) ** 2)) < 0.7 * np.sqrt(np.mean((plain - y) ** 2))
 
 
@@ -280,3 +280,13 @@ def test_the_capacity_is_unknown_until_a_launch_places_its_memory_line() -> None
     assert got[first] == pytest.approx(min(1.0, 100_000 / demand))  # on the line through both launches
     known = got >= 0
     assert 0 < known.sum() < len(got) and (got[known] <= 1.0).all()  # other groups: not yet known
+
+
+def test_the_incumbents_neighbours_differ_from_it_in_one_knob_at_most() -> None:
+    blocks = (*BLOCKS, Block(name="a x b", cat=(0, 1), num=(), product=True))  # an interaction: not a knob
+    centre = GRID.index((1, 1, 2))
+    rows = np.arange(len(GRID))
+    near = _neighbours(FEATURES, blocks, rows, centre)
+    moved = [sum(x != y for x, y in zip(GRID[i], GRID[centre], strict=True)) for i in rows]
+    assert [bool(v) for v in near] == [m <= 1 for m in moved]
+    assert sum(near) == 1 + 3 + 2 + 4  # itself, and every other level of one knob

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from numpy.typing import NDArray
 
 from tuner.search.acquire import log_scores
 from tuner.search.candidates import Block
@@ -44,6 +45,8 @@ MIN_SPREAD = 0.15  # log-objective spread assumed before the launches show one (
 EXPLORE = 3.0  # posterior variance inflation at the start of the budget, falling linearly to 0
 # the posterior sd x this at every ask: replayed, the model's z-scores have an rms of about 1.4, not 1
 CALIBRATION = 1.0
+# the last share of the budget chooses among the incumbent's one-knob neighbours (a trust region; 0: off)
+LOCAL_LATE = 0.0
 TEMPERATURE = 0.15  # Gumbel-max temperature on the log score (0: always the argmax)
 # expected improvement of at least this share over the incumbent: a gain within the benchmark's noise
 # (a fraction twin of the incumbent on a flat stretch) is no gain
@@ -129,9 +132,10 @@ def choose(
     if capacity is not None:
         features, blocks, test, waiting = _with_column(features, blocks, capacity, open_rows, pending)
     shift = None if offset is None else np.asarray(offset, dtype=np.float64)
+    around = measured
     if shift is not None:  # the model learns the rest around the prior mean
-        measured = [replace(s, log_first=(s.log_first or 0.0) - float(shift[s.index])) for s in measured]
-    mu, sd, best = _posterior(features, blocks, measured, test, waiting, shift)
+        around = [replace(s, log_first=(s.log_first or 0.0) - float(shift[s.index])) for s in measured]
+    mu, sd, best, incumbent = _posterior(features, blocks, around, test, waiting, shift)
     if shift is not None:
         mu = mu + shift[open_rows]
     sd = sd * CALIBRATION
@@ -145,6 +149,11 @@ def choose(
     acq = log_scores(
         mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT, improve_by=IMPROVE_BY
     )
+    late = left is not None and budget and left <= LOCAL_LATE * budget
+    if late and incumbent is not None:
+        near = _neighbours(features, blocks, open_rows, incumbent)
+        if near.any():
+            acq = np.where(near, acq, -np.inf)
     rng = np.random.default_rng(seed & 0xFFFFFFFF)
     noisy = acq + TEMPERATURE * rng.gumbel(size=len(acq)) if TEMPERATURE > 0 else acq
     order = np.argsort(-noisy, kind="stable")
@@ -173,14 +182,14 @@ def _posterior(
     test: Features,
     waiting: Features | None,
     shift: Array | None = None,
-) -> tuple[Array, Array, float | None]:
+) -> tuple[Array, Array, float | None, int | None]:
     """The first objective's log posterior (mean, sd) over the open candidates, and the incumbent by the
-    model's mean (None until a feasible launch was measured). With nothing measured: a flat prior,
-    kept away from what is already running."""
+    model's mean (None until a feasible launch was measured) with its row. With nothing measured: a
+    flat prior, kept away from what is already running."""
     n = len(test.cat)
     if not measured:
         sd = _spread_near(features, blocks, test, waiting) if waiting is not None else np.ones(n)
-        return np.zeros(n), sd, None
+        return np.zeros(n), sd, None, None
     y = np.asarray([s.log_first for s in measured], dtype=np.float64)
     spread = max(float(np.std(y)), MIN_SPREAD)
     good = [s.index for s in measured if s.feasible]
@@ -200,9 +209,31 @@ def _posterior(
         average=AVERAGE,
     )
     # the incumbent by the model's mean, not the luckiest noisy measurement
+    if not good:
+        return post.mean[:n], post.sd[:n], None, None
     at_good = post.mean[n:] + (shift[good] if shift is not None else 0.0)
-    best = math.exp(float(np.max(at_good))) if good else None
-    return post.mean[:n], post.sd[:n], best
+    top = int(np.argmax(at_good))
+    return post.mean[:n], post.sd[:n], math.exp(float(at_good[top])), good[top]
+
+
+def _neighbours(
+    features: Features, blocks: Sequence[Block], rows: NDArray[np.intp], centre: int
+) -> NDArray[np.bool_]:
+    """Which of `rows` differ from the `centre` row in one knob at most (interactions not counted)."""
+    differ = np.zeros(len(rows), dtype=np.int64)
+    for b in blocks:
+        if b.product:
+            continue
+        moved = np.zeros(len(rows), dtype=bool)
+        if b.cat:
+            cols = list(b.cat)
+            moved |= np.any(features.cat[rows][:, cols] != features.cat[centre, cols], axis=1)
+        if b.num:
+            cols = list(b.num)
+            moved |= np.any(np.abs(features.num[rows][:, cols] - features.num[centre, cols]) > 1e-9, axis=1)
+        differ += moved
+    out: NDArray[np.bool_] = differ <= 1
+    return out
 
 
 def _second_of(
