@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -253,11 +253,16 @@ def _coverage(params: Mapping[str, Any], value: Any, batch: float, caps: tuple[s
         return 0.0
     if not bs:
         return -1.0
+    return min(1.0, bs / capped_batch(params, batch, caps))
+
+
+def capped_batch(params: Mapping[str, Any], batch: float, caps: Sequence[str]) -> float:
+    """The decode batch that runs: the clients' `batch`, capped by every running-request cap in `params`."""
     for cap in caps:
         limit = params.get(cap)
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             batch = min(batch, float(limit))
-    return min(1.0, bs / batch)
+    return batch
 
 
 def _features(

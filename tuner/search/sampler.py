@@ -25,7 +25,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.search import feasible, strategy
-from tuner.search.candidates import Candidates, candidates, params_key, role_of, running_batch
+from tuner.search.candidates import Candidates, candidates, capped_batch, params_key, role_of, running_batch
 from tuner.search.evidence import knobs_of, size_of
 from tuner.search.feasible import Mechanism, mechanism_of
 from tuner.search.memory_trend import fit_trend
@@ -46,7 +46,8 @@ RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_
 # rises by RUNNING_PRIOR x log(min(cap, clients) / clients) (0: a flat prior; 1: tokens per step grow
 # with the batch, each step as long)
 RUNNING_PRIOR = 0.0
-THROUGHPUTS = ("output_throughput", "total_throughput", "input_throughput", "request_throughput")
+# first objectives that grow with the decode batch (per-user throughput and latencies do not)
+THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "output_throughput_per_gpu")
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
 _CACHE: dict[int, tuple[Any, Candidates, Features]] = {}  # id(space) -> (space, candidates, features)
 
@@ -188,21 +189,15 @@ def _running_offset(
     loop of C clients decodes min(cap, C) requests at a time, and a decode step costs about the same
     for a few more requests (the weights' read dominates), so throughput grows with the batch the cap
     allows. None: off, a first objective that is not a throughput, no cap knob or an open loop."""
-    first = (names or [""])[0] if names else ""
+    first = names[0] if names else ""
     if RUNNING_PRIOR <= 0 or first not in THROUGHPUTS or directions[0] is not StudyDirection.MAXIMIZE:
         return None
     caps = [p.name for p in space.params if role_of(p) == "running"]
     clients = running_batch(space)
     if not caps or not clients:
         return None
-    out = np.zeros(len(found.params))
-    for i, params in enumerate(found.params):
-        batch = float(clients)
-        for cap in caps:
-            limit = params.get(cap)
-            if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-                batch = min(batch, float(limit))
-        out[i] = RUNNING_PRIOR * math.log(batch / clients)
+    batches = np.asarray([capped_batch(params, float(clients), caps) for params in found.params])
+    out: np.ndarray = RUNNING_PRIOR * np.log(batches / clients)
     return out
 
 
