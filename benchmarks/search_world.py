@@ -361,7 +361,7 @@ def hypervolume(points: list[tuple[float, float]]) -> float:
     return area
 
 
-GENERATOR = "v5"  # the generator's version: its landscapes are cached apart from earlier ones
+GENERATOR = "v6"  # the generator's version: its landscapes are cached apart from earlier ones
 WORLD_FILES = {
     "glm5-nvfp4-sm120": "glm5-nvfp4-sm120-sim.yaml",
     "dsv32-fp8-h200": "dsv32-fp8-h200-sim.yaml",

@@ -3,6 +3,7 @@ of some groups, it places the out-of-memory boundary of groups no launch has tri
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -45,20 +46,23 @@ def test_the_plane_recovers_a_linear_peak_and_says_where_it_stops_fitting() -> N
     assert fit_trend(np.asarray([row(*x) for x in launched]), np.ones(4), 0.0) is None  # no GPU size
 
 
-def _study(launches: list[tuple[float, str | int, float | None]], total: float | None) -> optuna.Study:
-    space = load_space(H200)
+def _study(
+    launches: Sequence[tuple[float, str | int, float | None]],
+    total: float | None,
+    path: Path = H200,
+    pair: str = "flashmla_kv/flashmla_kv",
+    captured: int | None = None,
+) -> optuna.Study:
+    space = load_space(path)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(directions=["maximize", "maximize"])
     for fraction, graphs, free in launches:
-        params = {
-            "mem-fraction-static": fraction,
-            "cuda_graph": graphs,
-            "sparse_backends": "flashmla_kv/flashmla_kv",
-        }
+        params = {"mem-fraction-static": fraction, "cuda_graph": graphs, "sparse_backends": pair}
         study.enqueue_trial(sampler_params(space, params))
         trial = study.ask()
         suggest(space, trial)
         trial.set_user_attr("gpu_total_mib", total)
+        trial.set_user_attr("captured_graph_max_bs", captured if graphs == "on" else None)
         trial.set_user_attr("feasible", free is not None)
         trial.set_user_attr("outcome", "ok" if free is not None else "oom")
         trial.set_user_attr("failure", None if free is not None else "oom")
@@ -70,11 +74,11 @@ def _study(launches: list[tuple[float, str | int, float | None]], total: float |
     return study
 
 
-def _seen(study: optuna.Study, found_index: dict[str, int]) -> list[Seen]:
+def _seen(study: optuna.Study, found_index: dict[str, int], path: Path = H200) -> list[Seen]:
     from tuner.search.candidates import params_key
     from tuner.space.sampling import joined_params
 
-    space = load_space(H200)
+    space = load_space(path)
     out = []
     for t in study.get_trials(deepcopy=False):
         ok = t.user_attrs["feasible"]
@@ -136,6 +140,41 @@ def test_the_sizes_are_on_the_unit_range_and_unknown_for_sglangs_own_graph_list(
         assert known[i] == (
             c.cuda_graph is None or not c.cuda_graph.enabled or c.cuda_graph.effective_max_bs is not None
         )
+
+
+B200 = ROOT / "search_spaces" / "glm5-nvfp4-b200-tp4-sim.yaml"  # graphs: off, 32, 64, on; TP 4
+B200_TOTAL = 183_359.0
+
+
+def test_sglangs_own_graph_list_is_sized_by_the_release_then_by_what_its_launches_captured() -> None:
+    space = load_space(B200)
+    found, _ = space_candidates(space)
+
+    def free_b200(fraction: float, max_bs: int) -> float:
+        return B200_TOTAL * (0.97 - fraction) - 60.0 * max_bs
+
+    pair = "flashinfer_sparse_mla/flashinfer_sparse_mla"
+    launches = [(0.70, "off", free_b200(0.70, 0)), (0.76, "max:64", free_b200(0.76, 64))]
+    study = _study(launches, B200_TOTAL, B200, pair)
+    trials, seen = study.get_trials(deepcopy=False), _seen(study, found.index(), B200)
+    attrs = {t.number: t.user_attrs for t in trials}
+    own = sampler.own_graph_sizes(found, seen, attrs, space, B200_TOTAL)
+    assert own is not None
+    on = np.asarray([p["cuda_graph"] == "on" for p in found.params])
+    assert (own[on] == 512).all() and np.isnan(own[~on]).all()  # a B200 is over 160 GB: SGLang's 512
+    assert not np.isnan(memory_sizes(found, own)).any()
+    fits = _memory_plane(found, trials, seen, space)
+    assert fits is not None and not np.isnan(fits).any()
+    keys = ("mem-fraction-static", "cuda_graph", "sparse_backends", "chunked-prefill-size")
+    at = {tuple(p[k] for k in keys): fits[i] for i, p in enumerate(found.params)}
+    assert at[(0.84, "on", pair, 8192)] < at[(0.84, "max:64", pair, 8192)]  # a list of 512 holds more
+    # a launch of SGLang's list that captured up to 128 (a model's own cap) sizes it from then on
+    told = _study([*launches, (0.72, "on", free_b200(0.72, 128))], B200_TOTAL, B200, pair, captured=128)
+    attrs = {t.number: t.user_attrs for t in told.get_trials(deepcopy=False)}
+    own = sampler.own_graph_sizes(found, _seen(told, found.index(), B200), attrs, space, B200_TOTAL)
+    assert own is not None and (own[on] == 128).all()
+    # with no GPU size told and no capture reported, the list's size is not known: left out of the plane
+    assert sampler.own_graph_sizes(found, seen, {}, space, 0.0) is None
 
 
 def test_an_out_of_memory_launch_is_a_censored_value_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:

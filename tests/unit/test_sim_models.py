@@ -148,8 +148,20 @@ def test_new_dialect_ways_to_turn_graphs_off(glm5, argv):
 
 
 def test_default_max_bs_capped_by_max_running_requests_in_new_releases(glm5):
-    assert _launch(glm5, "0.5.23", ["--tp-size", "8", "--max-running-requests", "64"]).captured_bs[-1] == 64
-    assert _launch(glm5, "0.5.9", ["--tp-size", "8", "--max-running-requests", "64"]).captured_bs[-1] == 512
+    new = _launch(glm5, "0.5.23", ["--tp-size", "8", "--max-running-requests", "64"])
+    old = _launch(glm5, "0.5.9", ["--tp-size", "8", "--max-running-requests", "64"])
+    assert new.cuda_graph_max_bs == 64 and old.cuda_graph_max_bs == 512  # the resolved argument
+    # ... but every release captures no batch past its request pool (get_batch_sizes_to_capture)
+    assert new.captured_bs[-1] == 64 and old.captured_bs[-1] == 64
+
+
+def test_an_explicit_graph_list_is_cut_at_the_request_pool(glm5):
+    launch = _launch(glm5, "0.5.9", ["--cuda-graph-bs", "8", "16", "96", "--max-running-requests", "50"])
+    assert launch.captured_bs == (8, 16, 49, 50)
+    assert (
+        _launch(glm5, "0.5.9", ["--cuda-graph-max-bs", "32", "--max-running-requests", "50"]).captured_bs[-1]
+        == 32
+    )
 
 
 def test_backend_behaviour_on_sm120(glm5):

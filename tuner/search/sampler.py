@@ -14,7 +14,7 @@ fine grid keeps finding new launches until the grid is spent.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.config import TrialConfig
 from tuner.search import feasible, strategy
 from tuner.search.candidates import Candidates, candidates, capped_batch, params_key, role_of, running_batch
 from tuner.search.evidence import knobs_of, size_of
@@ -34,6 +35,7 @@ from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features
 from tuner.search.told import concluded, measured_values
 from tuner.sglang.backend_support import built_for, sm_major
+from tuner.sglang.graph_defaults import default_graph_max_bs
 from tuner.space.goals import Slo
 from tuner.space.sampling import joined_params, sampler_params
 
@@ -46,6 +48,10 @@ RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_
 # rises by RUNNING_PRIOR x log(min(cap, clients) / clients) (0: a flat prior; 1: tokens per step grow
 # with the batch, each step as long)
 RUNNING_PRIOR = 0.0
+# SGLang's own graph list sized on the plane of free memory (own_graph_sizes); off: left out of the plane
+OWN_GRAPH_SIZE = True
+# graph lists cut at the running-request cap on the plane, as SGLang captures them; off: as asked
+GRAPHS_WITHIN_CAP = True
 # first objectives that grow with the decode batch (per-user throughput and latencies do not)
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "output_throughput_per_gpu")
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
@@ -171,7 +177,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         pick = choose(
             features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing,
             left=left, budget=self._budget, pending=pending, capacity=capacity, priors=priors,
-            memory_fits=_memory_plane(found, trials, seen),
+            memory_fits=_memory_plane(found, trials, seen, self._space),
             offset=_running_offset(self._space, found, study.metric_names, directions),
         )  # fmt: skip
         if pick is None:
@@ -214,13 +220,14 @@ def _kv_cover(space: SearchSpace, predicted: Sequence[float | None]) -> np.ndarr
 
 
 def _memory_plane(
-    found: Candidates, trials: Sequence[FrozenTrial], seen: Sequence[Seen]
+    found: Candidates, trials: Sequence[FrozenTrial], seen: Sequence[Seen], space: SearchSpace | None = None
 ) -> np.ndarray | None:
     """P(the peak fits) per candidate from the plane of free memory over the memory knobs
     (tuner.search.memory_trend), fitted on the launches that measured their lowest free memory and on
     those that ran out of it (at a little below none free: the peak just missed, the closest a failure
-    can say); None until one measured and two in all, or when no launch told its GPU's memory. NaN
-    where a candidate's size is not known (SGLang's own graph list)."""
+    can say); None until one measured and two in all, or when no launch told its GPU's memory. SGLang's
+    own graph list takes the size its launches captured, else the release's default for the GPU
+    (`own_graph_sizes`); NaN where a candidate's size is still not known."""
     if not feasible.MEMORY_PLANE:
         return None
     attrs = {t.number: t.user_attrs for t in trials}
@@ -237,7 +244,9 @@ def _memory_plane(
             free.append(got)
     if not rows:
         return None
-    sizes = memory_sizes(found)
+    own = own_graph_sizes(found, seen, attrs, space, total) if OWN_GRAPH_SIZE else None
+    caps = tuple(p.name for p in space.params if role_of(p) == "running") if space is not None else ()
+    sizes = memory_sizes(found, own, caps if GRAPHS_WITHIN_CAP else ())
     known = [i for i, r in enumerate(rows) if not np.isnan(sizes[r]).any()]
     short = [s.index for s in seen if s.failed is Mechanism.MEMORY and not np.isnan(sizes[s.index]).any()]
     trend = fit_trend(
@@ -254,14 +263,86 @@ def _number_or(value: object, default: float = 0.0) -> float:
     return float(value) if _number(value) else default  # type: ignore[arg-type]
 
 
+def _own_list(config: TrialConfig) -> bool:
+    graph = config.cuda_graph
+    return graph is not None and graph.enabled and graph.max_bs is None and not graph.bs
+
+
+def own_graph_sizes(
+    found: Candidates,
+    seen: Sequence[Seen],
+    attrs: Mapping[int, Mapping[str, Any]],
+    space: SearchSpace | None,
+    total_mib: float,
+) -> np.ndarray | None:
+    """Per candidate, the largest batch SGLang's own graph list captures there (NaN elsewhere): the
+    most any launch of that list reported capturing, else the release's default for the GPU and the
+    launch's TP size (tuner.sglang.graph_defaults); either capped by the candidate's running-request
+    caps, as SGLang caps its list. None: no candidate keeps SGLang's list, or its size is not known."""
+    own = [i for i, c in enumerate(found.configs) if _own_list(c)]
+    if not own:
+        return None
+    caps = [p.name for p in space.params if role_of(p) == "running"] if space is not None else []
+    whole, at_least = 0.0, 0.0  # the list as captured uncapped; a lower bound, where a cap cut it
+    for s in seen:
+        got = _number_or(attrs.get(s.trial, {}).get("captured_graph_max_bs")) if s.trial is not None else 0.0
+        if got > 0 and _own_list(found.configs[s.index]):
+            if capped_batch(found.params[s.index], math.inf, caps) > got:
+                whole = max(whole, got)
+            else:
+                at_least = max(at_least, got)
+    if whole <= 0 and (space is None or total_mib <= 0):
+        return None if at_least <= 0 else np.where([_own_list(c) for c in found.configs], at_least, np.nan)
+    fixed = dict(space.fixed_flags) if space is not None else {}
+    release = None if space is None else space.sglang_version
+    if release in (None, "auto") and space is not None:
+        release = space.checked_sglang_version
+    out = np.full(len(found.configs), np.nan)
+    for i in own:
+        params = found.params[i]
+        largest = whole
+        if largest <= 0:
+            tp = _tp_of({**fixed, **params})
+            largest = max(at_least, float(default_graph_max_bs(total_mib, tp, release)))
+        out[i] = capped_batch(params, largest, caps)
+    return out
+
+
+def _tp_of(flags: Mapping[str, object]) -> int:
+    for name in ("tp-size", "tensor-parallel-size", "tp"):
+        value = flags.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 1
+
+
 _SIZES: dict[int, tuple[Candidates, np.ndarray]] = {}
 
 
-def memory_sizes(found: Candidates) -> np.ndarray:
+def memory_sizes(
+    found: Candidates, own_graph: np.ndarray | None = None, caps: Sequence[str] = ()
+) -> np.ndarray:
     """Per candidate, the sizes that set its peak memory, each on [0, 1] over the space: the fraction,
     graphs on, the largest captured batch, and every other flag whose knob has a size (the prefill
-    chunk, the running cap, the KV dtype's bytes). NaN: SGLang's own graph list (its size is the
-    release's)."""
+    chunk, the running cap, the KV dtype's bytes). SGLang's own graph list takes its size from
+    `own_graph` (per candidate); NaN where that is not given (its size is the release's). A graph list
+    is cut at the candidate's running-request `caps`: SGLang captures no batch past its request pool."""
+    raw = _raw_sizes(found)
+    if own_graph is not None or caps:
+        raw = raw.copy()
+    if own_graph is not None:
+        fill = np.isnan(raw[:, 2]) & np.isfinite(own_graph)
+        raw[fill, 2] = own_graph[fill]
+    if caps:
+        limit = np.asarray([capped_batch(params, math.inf, caps) for params in found.params])
+        raw[:, 2] = np.where(np.isnan(raw[:, 2]), np.nan, np.minimum(raw[:, 2], limit))
+    low, high = np.nanmin(raw, axis=0), np.nanmax(raw, axis=0)
+    span = np.where(high > low, high - low, 1.0)
+    out: np.ndarray = (raw - low) / span
+    return out
+
+
+def _raw_sizes(found: Candidates) -> np.ndarray:
     hit = _SIZES.get(id(found))
     if hit is not None and hit[0] is found:
         return hit[1]
@@ -276,13 +357,10 @@ def memory_sizes(found: Candidates) -> np.ndarray:
         for j, n in enumerate(names):
             size = size_of(n, others[n]) if n in others else 0.0
             raw[i, 3 + j] = size if size is not None else 0.0
-    low, high = np.nanmin(raw, axis=0), np.nanmax(raw, axis=0)
-    span = np.where(high > low, high - low, 1.0)
-    out: np.ndarray = (raw - low) / span
     if len(_SIZES) > 8:
         _SIZES.clear()
-    _SIZES[id(found)] = (found, out)
-    return out
+    _SIZES[id(found)] = (found, raw)
+    return raw
 
 
 def _support(found: Candidates, trials: Sequence[FrozenTrial]) -> np.ndarray | None:

@@ -46,6 +46,7 @@ import yaml
 from tuner.errors import TunerError
 from tuner.sim.generate_families import Shape, family_of, shape
 from tuner.sim.memory import default_capture_bs, default_chunk_and_max_bs
+from tuner.sim.resolve import within_request_pool
 
 # (name, compute capability, nvidia-smi total MiB) of GPUs a deployment may run on
 GPUS = (
@@ -370,6 +371,9 @@ def memory_boundaries(
                 captured = default_capture_bs(largest) if largest else ()
                 if largest and largest not in captured:
                     captured = (*captured, largest)
+                if cap and captured:  # no graph past the request pool, whatever the list
+                    captured = within_request_pool(captured, cap)
+                    largest = max(captured)
                 held = len(captured) * mem["graph_mib_per_graph"] + sum(captured) * mem["graph_mib_per_bs"]
                 act = max(
                     batch * mem["eager_act_mib_per_req"] if batch > largest else 0.0,

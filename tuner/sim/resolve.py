@@ -158,7 +158,18 @@ def _graphs(version: str, given: dict[str, Any], default_max_bs: int) -> _Graphs
         captured = memory.default_capture_bs(int(max_bs))
         if at_least(version, "0.5.22") and max_bs not in captured:
             captured = (*captured, int(max_bs))
+    if max_running:
+        captured = within_request_pool(captured, int(max_running))
     return _Graphs(enabled=graphs, captured=captured if graphs else (), max_bs=max_bs)
+
+
+def within_request_pool(captured: tuple[int, ...], pool: int) -> tuple[int, ...]:
+    """The sizes SGLang captures of a list when its request pool holds `pool` requests (every release's
+    get_batch_sizes_to_capture): none larger than the pool; the pool's own size, and the one below,
+    added when the list went past it, so the largest batch that can run still has its graph."""
+    if captured and max(captured) > pool:
+        captured = (*captured, pool - 1, pool)
+    return tuple(sorted({b for b in captured if 0 < b <= pool}))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

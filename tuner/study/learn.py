@@ -46,6 +46,7 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
         rounds = {(a.round.value, a.verdict.value) for a in gate.answers}
         sequential_ok = not any(r == "sequential" and v != "passed" for r, v in rounds)
     effective = result.effective.cuda_graph if result.effective is not None else None
+    captured = result.server.captured_bs if result.server is not None else None
     return {
         # what SGLang reports it ran, when that differs from the request: the rules learn from it
         "effective_key": result.effective_key,
@@ -59,6 +60,8 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
         # the GPU it ran on: which kernels SGLang ships for it (tuner.sglang.backend_support)
         "compute_capability": result.gpus[0].compute_capability if result.gpus else None,
         "gpu_total_mib": result.gpus[0].total_mib if result.gpus else None,
+        # the largest decode batch its graphs captured, as the server reported (SGLang's own list's size)
+        "captured_graph_max_bs": max(captured) if captured else None,
     }
 
 
