@@ -3,7 +3,7 @@ of some groups, it places the out-of-memory boundary of groups no launch has tri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +52,7 @@ def _study(
     path: Path = H200,
     pair: str = "flashmla_kv/flashmla_kv",
     captured: int | None = None,
+    slos: Callable[[float | None], dict[str, float]] | None = None,
 ) -> optuna.Study:
     space = load_space(path)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -67,6 +68,8 @@ def _study(
         trial.set_user_attr("outcome", "ok" if free is not None else "oom")
         trial.set_user_attr("failure", None if free is not None else "oom")
         trial.set_user_attr("min_free_vram_mib", free)
+        for name, margin in (slos(free) if slos is not None else {}).items():
+            trial.set_user_attr(f"c_slo:{name}", margin)
         if free is None:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
@@ -146,7 +149,10 @@ B200 = ROOT / "search_spaces" / "glm5-nvfp4-b200-tp4-sim.yaml"  # graphs: off, 3
 B200_TOTAL = 183_359.0
 
 
-def test_sglangs_own_graph_list_is_sized_by_the_release_then_by_what_its_launches_captured() -> None:
+def test_sglangs_own_graph_list_is_sized_by_the_release_then_by_what_its_launches_captured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sampler, "OWN_GRAPH_SIZE", True)  # a measured option (docs/design.md)
     space = load_space(B200)
     found, _ = space_candidates(space)
 
@@ -225,3 +231,53 @@ def test_the_running_cap_prior_lowers_a_cap_below_the_clients_for_throughput_onl
     assert by_cap == pytest.approx({16: 0.5 * np.log(16 / 64), 64: 0.0, 256: 0.0})  # the clients cap it
     minimise = [optuna.study.StudyDirection.MINIMIZE, maximise[1]]
     assert _running_offset(space, found, ["ttft_p99_ms", "kv_tokens"], minimise) is None
+
+
+def test_a_graph_list_is_cut_at_the_running_cap_and_summed_when_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()
+    text = text.replace(
+        "params:\n", "params:\n  - {name: max-running-requests, kind: categorical, choices: [8, 64, 256]}\n"
+    ).replace("{concurrency: 4, num_prompts: 8}", "{concurrency: 64, num_prompts: 128}")
+    text = text.replace("size: null}", "size: null, max-running-requests: 64}")
+    (tmp_path / "space.yaml").write_text(text)
+    space = load_space(tmp_path / "space.yaml")
+    found, _ = space_candidates(space)
+    graphs = [i for i, c in enumerate(found.configs) if c.cuda_graph and c.cuda_graph.effective_max_bs]
+    top = max(found.configs[i].cuda_graph.effective_max_bs or 0 for i in graphs)  # type: ignore[union-attr]
+    assert top > 8
+    row = next(i for i in graphs if found.configs[i].cuda_graph.effective_max_bs == top  # type: ignore[union-attr]
+               and found.params[i]["max-running-requests"] == 8)  # fmt: skip
+    twin = next(i for i in graphs if found.params[i] == {**found.params[row], "max-running-requests": 256})
+    plain, cut = memory_sizes(found), memory_sizes(found, caps=("max-running-requests",))
+    assert plain[row, 2] == plain[twin, 2]  # as asked, the cap does not show in the graphs' size
+    assert cut[row, 2] < cut[twin, 2]  # SGLang captures nothing past the request pool of 8
+    monkeypatch.setattr(sampler, "GRAPH_SUM", True)
+    summed = memory_sizes(found, caps=("max-running-requests",))
+    assert summed.shape[1] == cut.shape[1] + 1
+    assert summed[row, -1] < summed[twin, -1] and not np.isnan(summed).any()
+
+
+def test_a_free_vram_floor_is_met_where_the_plane_leaves_room_above_it() -> None:
+    space = load_space(H200)
+    found, _ = space_candidates(space)
+    launches = [
+        (0.80, "off", free_of(0.80, 0)),
+        (0.90, "off", free_of(0.90, 0)),
+        (0.85, "max:64", free_of(0.85, 64)),
+    ]
+    floor = free_of(0.88, 0)  # a floor the launches at 0.88 and above do not keep
+
+    def margins(free: float | None) -> dict[str, float]:
+        return {f"min_free_vram_mib>={floor:g}": floor - (free or 0.0), "tpot_p50_ms<=40": -1.0}
+
+    study = _study(launches, TOTAL, slos=margins)
+    trials = study.get_trials(deepcopy=False)
+    plane = sampler.fitted_plane(found, trials, _seen(study, found.index()), space)
+    floors = sampler.vram_floors(plane, trials)
+    assert floors is not None and set(floors) == {0}  # the floor is the first SLO by name; TPOT has none
+    met = {(c.mem_fraction_static, c.cuda_graph.effective_max_bs if c.cuda_graph else None): floors[0][i]
+           for i, c in enumerate(found.configs) if c.sparse_prefill_backend == "flashmla_kv"}  # fmt: skip
+    assert met[(0.8, None)] > 0.9 and met[(0.94, None)] < 0.1
+    assert met[(0.86, 256)] < met[(0.86, None)]  # graphs hold memory too

@@ -167,14 +167,17 @@ def log_p_feasible(
     priors: Mapping[Mechanism, Array] | None = None,
     test_rows: Sequence[int] | NDArray[np.int64] | None = None,
     memory_fits: Array | None = None,
+    slo_met: Mapping[int, Array] | None = None,
 ) -> Array:
     """log P(feasible) of the test rows: the sum over mechanisms of log P(past that stage), plus the
-    SLO margins' log P(met). `prior_strength` scales the memory prior's fall toward the ends;
-    `priors` (per mechanism, per row of `features`) are label prior means known from elsewhere (the
-    kernels SGLang ships for the GPU, the memory plane; NaN: the plain prior), and `test_rows` the
-    rows of `features` that `test` holds (needed with `priors` and `memory_fits`). `memory_fits` (per
-    row of `features`; NaN: not known) is P(the peak fits) from the plane of free memory
-    (tuner.search.memory_trend), which stands for the out-of-memory model where it is known."""
+    SLO margins' log P(met). `prior_strength` scales the memory prior's fall toward the ends; `priors`
+    (per mechanism, per row of `features`) are label prior means known from elsewhere (the kernels
+    SGLang ships for the GPU, the memory plane; NaN: the plain prior), and `test_rows` the rows of
+    `features` that `test` holds (needed with `priors`, `memory_fits` and `slo_met`). `memory_fits`
+    (per row of `features`; NaN: not known) is P(the peak fits) from the plane of free memory
+    (tuner.search.memory_trend), which stands for the out-of-memory model where it is known;
+    `slo_met` (per SLO index, per row; NaN: not known) P(that SLO is met) from the same plane, for a
+    free-VRAM floor, which stands for that margin's own model."""
     out = np.zeros(test.cat.shape[0])
     at = None if test_rows is None else np.asarray(test_rows, dtype=np.int64)
     for mechanism in Mechanism:
@@ -186,7 +189,7 @@ def log_p_feasible(
             with np.errstate(divide="ignore"):
                 got = np.where(np.isnan(fits), got, np.log(np.clip(np.nan_to_num(fits), 1e-6, 1.0)))
         out += got
-    out += _log_slo(features, blocks, seen, test)
+    out += _log_slo(features, blocks, seen, test, slo_met, at)
     return out
 
 
@@ -297,8 +300,16 @@ def _log_pass(
     return log_norm_cdf(z)
 
 
-def _log_slo(features: Features, blocks: Sequence[Block], seen: Sequence[Outcome], test: Features) -> Array:
-    """Sum over SLOs of log P(margin <= 0), each margin regressed over the measured launches."""
+def _log_slo(
+    features: Features,
+    blocks: Sequence[Block],
+    seen: Sequence[Outcome],
+    test: Features,
+    slo_met: Mapping[int, Array] | None = None,
+    test_rows: NDArray[np.int64] | None = None,
+) -> Array:
+    """Sum over SLOs of log P(margin <= 0), each margin regressed over the measured launches, or taken
+    from `slo_met` (per SLO, per row of `features`) where that knows the row."""
     measured = [s for s in seen if s.failed is None and s.margins]
     out = np.zeros(test.cat.shape[0])
     if not measured:
@@ -307,6 +318,12 @@ def _log_slo(features: Features, blocks: Sequence[Block], seen: Sequence[Outcome
     rows = [s.index for s in measured]
     train = features.take(rows)
     for j in range(count):
+        known = None
+        if slo_met is not None and j in slo_met and test_rows is not None:
+            known = np.asarray(slo_met[j], dtype=np.float64)[test_rows]
+            if np.isfinite(known).all():
+                out += np.log(np.clip(known, 1e-6, 1.0))
+                continue
         m = np.asarray([(s.margins or ())[j] for s in measured], dtype=np.float64)
         if np.all(m <= 0) and len(m) < 3:
             continue  # met everywhere so far: too little to say where it stops holding
@@ -314,5 +331,8 @@ def _log_slo(features: Features, blocks: Sequence[Block], seen: Sequence[Outcome
         post = fit_predict(
             train, m, test, blocks, prior_mean=float(np.mean(m)), scale=spread, average=SLO_AVERAGE
         )
-        out += log_norm_cdf(-post.mean / np.maximum(post.sd, 1e-9 + 0.05 * spread))
+        got = log_norm_cdf(-post.mean / np.maximum(post.sd, 1e-9 + 0.05 * spread))
+        if known is not None:
+            got = np.where(np.isfinite(known), np.log(np.clip(np.nan_to_num(known), 1e-6, 1.0)), got)
+        out += got
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,16 +26,17 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.config import TrialConfig
 from tuner.search import feasible, strategy
+from tuner.search.acquire import norm_cdf
 from tuner.search.candidates import Candidates, candidates, capped_batch, params_key, role_of, running_batch
 from tuner.search.evidence import knobs_of, size_of
 from tuner.search.feasible import Mechanism, mechanism_of
-from tuner.search.memory_trend import fit_trend
+from tuner.search.memory_trend import Trend, fit_trend
 from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features
 from tuner.search.told import concluded, measured_values
 from tuner.sglang.backend_support import built_for, sm_major
-from tuner.sglang.graph_defaults import default_graph_max_bs
+from tuner.sglang.graph_defaults import captured_sizes, default_graph_max_bs
 from tuner.space.goals import Slo
 from tuner.space.sampling import joined_params, sampler_params
 
@@ -49,9 +50,13 @@ RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_
 # with the batch, each step as long)
 RUNNING_PRIOR = 0.0
 # SGLang's own graph list sized on the plane of free memory (own_graph_sizes); off: left out of the plane
-OWN_GRAPH_SIZE = True
+OWN_GRAPH_SIZE = False
 # graph lists cut at the running-request cap on the plane, as SGLang captures them; off: as asked
 GRAPHS_WITHIN_CAP = True
+# the sum of the captured batch sizes as one more size on the plane (per-graph buffers); off: the largest
+GRAPH_SUM = False
+# a free-VRAM floor's P(met) from the plane of free memory rather than from its margins' own model
+PLANE_FLOORS = True
 # first objectives that grow with the decode batch (per-user throughput and latencies do not)
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "output_throughput_per_gpu")
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
@@ -173,11 +178,12 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         support = _support(found, trials)
         priors = {Mechanism.SUPPORT: support} if support is not None else {}
         seed = (self._seed or 0) * 1_000_003 + trial.number
+        plane = fitted_plane(found, trials, seen, self._space)
         left = None if self._budget is None else max(1, self._budget - launches)
         pick = choose(
             features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing,
             left=left, budget=self._budget, pending=pending, capacity=capacity, priors=priors,
-            memory_fits=_memory_plane(found, trials, seen, self._space),
+            memory_fits=None if plane is None else plane.p_above(0.0), slo_met=vram_floors(plane, trials),
             offset=_running_offset(self._space, found, study.metric_names, directions),
         )  # fmt: skip
         if pick is None:
@@ -222,12 +228,35 @@ def _kv_cover(space: SearchSpace, predicted: Sequence[float | None]) -> np.ndarr
 def _memory_plane(
     found: Candidates, trials: Sequence[FrozenTrial], seen: Sequence[Seen], space: SearchSpace | None = None
 ) -> np.ndarray | None:
-    """P(the peak fits) per candidate from the plane of free memory over the memory knobs
-    (tuner.search.memory_trend), fitted on the launches that measured their lowest free memory and on
-    those that ran out of it (at a little below none free: the peak just missed, the closest a failure
-    can say); None until one measured and two in all, or when no launch told its GPU's memory. SGLang's
-    own graph list takes the size its launches captured, else the release's default for the GPU
-    (`own_graph_sizes`); NaN where a candidate's size is still not known."""
+    """P(the peak fits) per candidate from the plane of free memory (`fitted_plane`); NaN where a
+    candidate's size is not known; None when no plane is fitted."""
+    plane = fitted_plane(found, trials, seen, space)
+    return None if plane is None else plane.p_above(0.0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plane:
+    """The plane of free memory with every candidate's sizes (NaN rows: a size not known)."""
+
+    trend: Trend
+    sizes: np.ndarray
+
+    def p_above(self, floor_mib: float) -> np.ndarray:
+        """P(the lowest free memory > floor_mib) per candidate; NaN where its sizes are not known."""
+        unknown = np.isnan(self.sizes).any(axis=1)
+        mu, sd = self.trend.predict(np.nan_to_num(self.sizes))
+        out: np.ndarray = np.where(unknown, np.nan, norm_cdf((mu - floor_mib) / sd))
+        return out
+
+
+def fitted_plane(
+    found: Candidates, trials: Sequence[FrozenTrial], seen: Sequence[Seen], space: SearchSpace | None = None
+) -> Plane | None:
+    """The plane of free memory over the memory knobs (tuner.search.memory_trend), fitted on the
+    launches that measured their lowest free memory and on those that ran out of it (at a little below
+    none free: the peak just missed, the closest a failure can say); None until one measured and two in
+    all, or when no launch told its GPU's memory. SGLang's own graph list takes the size its launches
+    captured, else the release's default for the GPU (`own_graph_sizes`)."""
     if not feasible.MEMORY_PLANE:
         return None
     attrs = {t.number: t.user_attrs for t in trials}
@@ -252,11 +281,22 @@ def _memory_plane(
     trend = fit_trend(
         sizes[[rows[i] for i in known]], np.asarray([free[i] for i in known]), total, sizes[short]
     )
-    if trend is None:
+    return None if trend is None else Plane(trend=trend, sizes=sizes)
+
+
+def vram_floors(plane: Plane | None, trials: Sequence[FrozenTrial]) -> dict[int, np.ndarray] | None:
+    """Per free-VRAM floor among the study's SLOs (by its index in the margins' order), P(met) per
+    candidate from the plane: the floor bounds the very quantity the plane predicts, across every group
+    of launches. None: off, no plane, or no such floor."""
+    if plane is None or not PLANE_FLOORS:
         return None
-    unknown = np.isnan(sizes).any(axis=1)
-    out: np.ndarray = np.where(unknown, np.nan, trend.p_fits(np.nan_to_num(sizes)))
-    return out
+    names = sorted({k for t in trials for k in t.user_attrs if k.startswith("c_slo:")})
+    out = {}
+    for j, name in enumerate(names):
+        slo = Slo.from_name(name.removeprefix("c_slo:"))
+        if slo is not None and slo.metric == "min_free_vram_mib" and slo.op in (">=", ">"):
+            out[j] = plane.p_above(slo.bound)
+    return out or None
 
 
 def _number_or(value: object, default: float = 0.0) -> float:
@@ -336,9 +376,31 @@ def memory_sizes(
     if caps:
         limit = np.asarray([capped_batch(params, math.inf, caps) for params in found.params])
         raw[:, 2] = np.where(np.isnan(raw[:, 2]), np.nan, np.minimum(raw[:, 2], limit))
+    if GRAPH_SUM:
+        raw = np.column_stack([raw, _graph_sums(found, own_graph, caps)])
     low, high = np.nanmin(raw, axis=0), np.nanmax(raw, axis=0)
     span = np.where(high > low, high - low, 1.0)
     out: np.ndarray = (raw - low) / span
+    return out
+
+
+def _graph_sums(found: Candidates, own_graph: np.ndarray | None, caps: Sequence[str]) -> np.ndarray:
+    """Per candidate, the sum of the batch sizes its graphs capture (each graph keeps buffers that grow
+    with its batch); 0 with graphs off, NaN where the list's size is not known."""
+    out = np.zeros(len(found.configs))
+    for i, (config, params) in enumerate(zip(found.configs, found.params, strict=True)):
+        graph = config.cuda_graph
+        if graph is None or not graph.enabled:
+            continue
+        top = graph.max_bs
+        if top is None and not graph.bs:
+            own = own_graph[i] if own_graph is not None else math.nan
+            if not math.isfinite(own):
+                out[i] = math.nan
+                continue
+            top = int(own)
+        pool = capped_batch(params, math.inf, caps)
+        out[i] = float(sum(captured_sizes(top, graph.bs, int(pool) if math.isfinite(pool) else None)))
     return out
 
 

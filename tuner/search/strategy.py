@@ -101,6 +101,7 @@ def choose(
     priors: Mapping[Mechanism, Array] | None = None,
     memory_fits: Array | None = None,
     offset: Array | None = None,
+    slo_met: Mapping[int, Array] | None = None,
 ) -> int | None:
     """The index of the next candidate to launch, or None when none is allowed.
 
@@ -110,7 +111,8 @@ def choose(
     `capacity`: per candidate, a feature of the objective's model only (KV_COVER; -1 unknown).
     `priors`: per failure mechanism, a label prior mean per candidate known from elsewhere (the
     kernels SGLang ships for the GPU; tuner.search.feasible.log_p_feasible). `memory_fits`: per
-    candidate, P(its peak memory fits) from the plane of free memory (NaN: not known). `offset`: per
+    candidate, P(its peak memory fits) from the plane of free memory (NaN: not known); `slo_met`: per
+    SLO index, P(met) per candidate from the same plane (a free-VRAM floor). `offset`: per
     candidate, a prior mean of the log first objective that the model learns around (physics).
     """
     mask = np.asarray(allowed, dtype=bool)
@@ -125,7 +127,7 @@ def choose(
     log_p = log_p_feasible(
         features, blocks, outcomes, test, explained_label=EXPLAINED_LABEL,
         prior_strength=PRIOR_LATER if known else 1.0, priors=priors, test_rows=open_rows,
-        memory_fits=memory_fits,
+        memory_fits=memory_fits, slo_met=slo_met,
     )  # fmt: skip
     measured = [s for s in seen if s.log_first is not None]
     waiting = features.take(list(pending)) if pending else None

@@ -245,9 +245,7 @@ def _noise_grid(noise_sd: Sequence[float] | None, scale: float) -> list[tuple[fl
     if not noise_sd:
         return [(n, 0.0) for n in NOISES]
     middle = float(np.exp(np.mean(np.log(noise_sd))))
-    return [
-        ((sd / scale) ** 2, -(math.log(sd / middle) ** 2) / (2 * NOISE_PRIOR_SD**2)) for sd in noise_sd
-    ]
+    return [((sd / scale) ** 2, -(math.log(sd / middle) ** 2) / (2 * NOISE_PRIOR_SD**2)) for sd in noise_sd]
 
 
 def _relevances(kernels: Sequence[Array], z: Array, share: float, noise: float, start: float) -> Array:

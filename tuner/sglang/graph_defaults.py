@@ -1,6 +1,7 @@
 """The largest decode batch SGLang's own CUDA-graph list captures, when a launch names no list.
 
     default_graph_max_bs(total_mib, tp_size, release) -> int
+    captured_sizes(max_bs, listed, pool) -> the batch sizes it captures
 
 SGLang picks the decode graphs' max batch size from the GPU's memory and the tensor-parallel size
 (reference/sglang.md §2.3: ServerArgs' GPU-memory settings, 0.5.9 `_handle_gpu_memory_settings`,
@@ -41,3 +42,22 @@ def _at_most(release: str | None, bound: tuple[int, ...]) -> bool:
     if found is None:
         return False
     return tuple(int(g or 0) for g in found.groups()) <= bound
+
+
+def captured_sizes(
+    max_bs: int | None, listed: tuple[int, ...] | None = None, pool: int | None = None
+) -> tuple[int, ...]:
+    """The decode batch sizes SGLang captures: the `listed` sizes, or its default list up to `max_bs`
+    ([1, 2, 4, 8, 12], 16-256 by 8, 272-496 by 16, 512 up by 32, and `max_bs` itself), none past a
+    request pool of `pool` requests (the pool's size and the one below added when the list went past
+    it, so the largest batch that can run keeps a graph)."""
+    if listed:
+        sizes = sorted(set(listed))
+    elif max_bs:
+        steps = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+        sizes = sorted({b for b in steps if b <= max_bs} | {max_bs})
+    else:
+        return ()
+    if pool and sizes and sizes[-1] > pool:
+        sizes = sorted({b for b in sizes if b <= pool} | {b for b in (pool - 1, pool) if b > 0})
+    return tuple(sizes)
