@@ -56,7 +56,7 @@ GRAPHS_WITHIN_CAP = True
 # the sum of the captured batch sizes as one more size on the plane (per-graph buffers); off: the largest
 GRAPH_SUM = False
 # a free-VRAM floor's P(met) from the plane of free memory rather than from its margins' own model
-PLANE_FLOORS = True
+PLANE_FLOORS = False
 # first objectives that grow with the decode batch (per-user throughput and latencies do not)
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "output_throughput_per_gpu")
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
