@@ -259,7 +259,9 @@ def test_a_graph_list_is_cut_at_the_running_cap_and_summed_when_asked(
     assert summed[row, -1] < summed[twin, -1] and not np.isnan(summed).any()
 
 
-def test_a_free_vram_floor_is_met_where_the_plane_leaves_room_above_it() -> None:
+def test_a_free_vram_floor_is_met_where_the_plane_leaves_room_above_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     space = load_space(H200)
     found, _ = space_candidates(space)
     launches = [
@@ -275,6 +277,8 @@ def test_a_free_vram_floor_is_met_where_the_plane_leaves_room_above_it() -> None
     study = _study(launches, TOTAL, slos=margins)
     trials = study.get_trials(deepcopy=False)
     plane = sampler.fitted_plane(found, trials, _seen(study, found.index()), space)
+    assert sampler.vram_floors(plane, trials) is None  # a measured option, off (docs/design.md)
+    monkeypatch.setattr(sampler, "PLANE_FLOORS", True)
     floors = sampler.vram_floors(plane, trials)
     assert floors is not None and set(floors) == {0}  # the floor is the first SLO by name; TPOT has none
     met = {(c.mem_fraction_static, c.cuda_graph.effective_max_bs if c.cuda_graph else None): floors[0][i]
