@@ -15,7 +15,7 @@ from tuner.search.feasible import Mechanism
 from tuner.search.memory_trend import fit_trend
 from tuner.search.sampler import _memory_plane, _running_offset, memory_sizes, space_candidates
 from tuner.search.strategy import Seen
-from tuner.space.loader import load_space, suggest
+from tuner.space.loader import SearchSpace, load_space, suggest
 from tuner.space.sampling import sampler_params
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,15 +94,17 @@ def _seen(study: optuna.Study, found_index: dict[str, int], path: Path = H200) -
     return out
 
 
+# launches of the H200 space without graphs and with two graph sizes, by free_of
+H200_LAUNCHES = [
+    (f, g, free_of(f, bs))
+    for f, g, bs in ((0.80, "off", 0), (0.90, "off", 0), (0.85, "max:64", 64), (0.82, "max:128", 128))
+]
+
+
 def test_the_sampler_places_an_untried_graph_size_from_the_launches_of_others() -> None:
     space = load_space(H200)
     found, _ = space_candidates(space)
-    launches = [
-        (0.80, "off", free_of(0.80, 0)),
-        (0.90, "off", free_of(0.90, 0)),
-        (0.85, "max:64", free_of(0.85, 64)),
-        (0.82, "max:128", free_of(0.82, 128)),
-    ]
+    launches = H200_LAUNCHES
     study = _study(launches, TOTAL)
     fits = _memory_plane(found, study.get_trials(deepcopy=False), _seen(study, found.index()))
     assert fits is not None
@@ -211,16 +213,21 @@ def test_an_out_of_memory_launch_is_a_censored_value_when_asked(monkeypatch: pyt
         assert with_failure.p_fits(near)[0] < without.p_fits(near)[0] - 0.2
 
 
+def _capped_space(folder: Path, caps: tuple[int, ...]) -> SearchSpace:
+    """The tiny space with max running requests as a knob (`caps`), 64 clients, a cap of 64 as baseline."""
+    text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()
+    knob = f"  - {{name: max-running-requests, kind: categorical, choices: {list(caps)}}}\n"
+    text = text.replace("params:\n", "params:\n" + knob)
+    text = text.replace("{concurrency: 4, num_prompts: 8}", "{concurrency: 64, num_prompts: 128}")
+    text = text.replace("size: null}", "size: null, max-running-requests: 64}")
+    (folder / "space.yaml").write_text(text)
+    return load_space(folder / "space.yaml")
+
+
 def test_the_running_cap_prior_lowers_a_cap_below_the_clients_for_throughput_only(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()
-    text = text.replace(
-        "params:\n", "params:\n  - {name: max-running-requests, kind: categorical, choices: [16, 64, 256]}\n"
-    ).replace("{concurrency: 4, num_prompts: 8}", "{concurrency: 64, num_prompts: 128}")
-    text = text.replace("size: null}", "size: null, max-running-requests: 64}")  # the baseline
-    (tmp_path / "space.yaml").write_text(text)
-    space = load_space(tmp_path / "space.yaml")
+    space = _capped_space(tmp_path, (16, 64, 256))
     found, _ = space_candidates(space)
     maximise = [optuna.study.StudyDirection.MAXIMIZE] * 2
     assert _running_offset(space, found, ["output_throughput", "kv_tokens"], maximise) is None  # off
@@ -236,13 +243,7 @@ def test_the_running_cap_prior_lowers_a_cap_below_the_clients_for_throughput_onl
 def test_a_graph_list_is_cut_at_the_running_cap_and_summed_when_asked(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    text = (ROOT / "search_spaces" / "tiny-fast-sim.yaml").read_text()
-    text = text.replace(
-        "params:\n", "params:\n  - {name: max-running-requests, kind: categorical, choices: [8, 64, 256]}\n"
-    ).replace("{concurrency: 4, num_prompts: 8}", "{concurrency: 64, num_prompts: 128}")
-    text = text.replace("size: null}", "size: null, max-running-requests: 64}")
-    (tmp_path / "space.yaml").write_text(text)
-    space = load_space(tmp_path / "space.yaml")
+    space = _capped_space(tmp_path, (8, 64, 256))
     found, _ = space_candidates(space)
     graphs = [i for i, c in enumerate(found.configs) if c.cuda_graph and c.cuda_graph.effective_max_bs]
     top = max(found.configs[i].cuda_graph.effective_max_bs or 0 for i in graphs)  # type: ignore[union-attr]
@@ -264,11 +265,7 @@ def test_a_free_vram_floor_is_met_where_the_plane_leaves_room_above_it(
 ) -> None:
     space = load_space(H200)
     found, _ = space_candidates(space)
-    launches = [
-        (0.80, "off", free_of(0.80, 0)),
-        (0.90, "off", free_of(0.90, 0)),
-        (0.85, "max:64", free_of(0.85, 64)),
-    ]
+    launches = H200_LAUNCHES[:3]
     floor = free_of(0.88, 0)  # a floor the launches at 0.88 and above do not keep
 
     def margins(free: float | None) -> dict[str, float]:
