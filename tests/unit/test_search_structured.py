@@ -97,10 +97,16 @@ def test_scores_prefer_likely_feasible_improvements() -> None:
     sd = np.full(3, 0.05)
     got = scores(mu, sd, np.asarray([0.9, 0.1, 0.9]), best=100.0, second=None, front=[])
     assert got[0] > got[1] and got[0] > got[2]
-    cold = scores(
-        mu, np.asarray([0.1, 0.5, 0.2]), np.asarray([1.0, 0.5, 1.0]), best=None, second=None, front=[]
-    )
-    assert list(np.argsort(cold)) == [0, 2, 1]  # nothing measured: most uncertain x likely feasible
+
+
+def test_with_nothing_feasible_yet_the_likeliest_to_run_comes_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    mu = np.log(np.asarray([110.0, 110.0, 90.0]))
+    sd, p = np.asarray([0.1, 0.6, 0.2]), np.asarray([1.0, 0.5, 0.9])
+    cold = scores(mu, sd, p, best=None, second=None, front=[])
+    assert list(np.argsort(-cold)) == [0, 2, 1]  # feasibility first: P(feasible) alone orders them
+    monkeypatch.setattr("tuner.search.acquire.SD_WEIGHT_UNFOUND", 1.0)  # a measured option (design.md)
+    cold = scores(mu, sd, p, best=None, second=None, front=[])
+    assert list(np.argsort(-cold)) == [1, 2, 0]  # most uncertain x likely feasible
 
 
 def test_choose_never_picks_a_disallowed_candidate_and_is_deterministic_per_seed() -> None:
@@ -260,6 +266,7 @@ def test_a_capacity_column_lets_the_model_see_a_cliff_the_knobs_place_apart() ->
 def test_the_capacity_is_unknown_until_a_launch_places_its_memory_line() -> None:
     space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
     found = candidates(space)
+
     def cover(policy: Policy) -> np.ndarray | None:
         return _kv_cover(space, [policy.memory.predict(knobs_of(c)).kv_tokens for c in found.configs])
 

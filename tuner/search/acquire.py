@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+SD_WEIGHT_UNFOUND = 0.0  # nothing feasible yet: the weight of the model's log sd beside log P(feasible)
 Array = NDArray[np.float64]
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -134,11 +135,11 @@ def log_scores(
     """The log acquisition of every candidate (higher is better); `best` is the incumbent first objective,
     `improve_by` the share above it that counts as an improvement (expected excess over best x (1 + it)).
 
-    Nothing feasible measured yet: log P(feasible) + log sd (where the model knows least and a launch
-    likely runs).
+    Nothing feasible measured yet: log P(feasible) + SD_WEIGHT_UNFOUND x log sd (where a launch likely
+    runs and the model knows least).
     """
     if best is None or best <= 0:
-        out: Array = log_p_feasible + np.log(np.maximum(sd, 1e-12))
+        out: Array = log_p_feasible + SD_WEIGHT_UNFOUND * np.log(np.maximum(sd, 1e-12))
         return out
     gain = log_expected_excess(mu, sd, best * (1.0 + improve_by)) - math.log(best)
     if second is not None and front:
