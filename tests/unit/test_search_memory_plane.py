@@ -10,10 +10,11 @@ import numpy as np
 import optuna
 import pytest
 
-from tuner.search import sampler
+from tuner.search import plane, sampler
 from tuner.search.feasible import Mechanism
 from tuner.search.memory_trend import fit_trend
-from tuner.search.sampler import _memory_plane, _running_offset, memory_sizes, space_candidates
+from tuner.search.plane import _memory_plane, memory_sizes
+from tuner.search.sampler import _running_offset, space_candidates
 from tuner.search.strategy import Seen
 from tuner.space.loader import SearchSpace, load_space, suggest
 from tuner.space.sampling import sampler_params
@@ -154,7 +155,7 @@ B200_TOTAL = 183_359.0
 def test_sglangs_own_graph_list_is_sized_by_the_release_then_by_what_its_launches_captured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sampler, "OWN_GRAPH_SIZE", True)  # a measured option (docs/design.md)
+    monkeypatch.setattr(plane, "OWN_GRAPH_SIZE", True)  # a measured option (docs/design.md)
     space = load_space(B200)
     found, _ = space_candidates(space)
 
@@ -166,7 +167,7 @@ def test_sglangs_own_graph_list_is_sized_by_the_release_then_by_what_its_launche
     study = _study(launches, B200_TOTAL, B200, pair)
     trials, seen = study.get_trials(deepcopy=False), _seen(study, found.index(), B200)
     attrs = {t.number: t.user_attrs for t in trials}
-    own = sampler.own_graph_sizes(found, seen, attrs, space, B200_TOTAL)
+    own = plane.own_graph_sizes(found, seen, attrs, space, B200_TOTAL)
     assert own is not None
     on = np.asarray([p["cuda_graph"] == "on" for p in found.params])
     assert (own[on] == 512).all() and np.isnan(own[~on]).all()  # a B200 is over 160 GB: SGLang's 512
@@ -179,10 +180,10 @@ def test_sglangs_own_graph_list_is_sized_by_the_release_then_by_what_its_launche
     # a launch of SGLang's list that captured up to 128 (a model's own cap) sizes it from then on
     told = _study([*launches, (0.72, "on", free_b200(0.72, 128))], B200_TOTAL, B200, pair, captured=128)
     attrs = {t.number: t.user_attrs for t in told.get_trials(deepcopy=False)}
-    own = sampler.own_graph_sizes(found, _seen(told, found.index(), B200), attrs, space, B200_TOTAL)
+    own = plane.own_graph_sizes(found, _seen(told, found.index(), B200), attrs, space, B200_TOTAL)
     assert own is not None and (own[on] == 128).all()
     # with no GPU size told and no capture reported, the list's size is not known: left out of the plane
-    assert sampler.own_graph_sizes(found, seen, {}, space, 0.0) is None
+    assert plane.own_graph_sizes(found, seen, {}, space, 0.0) is None
 
 
 def test_an_out_of_memory_launch_is_a_censored_value_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,7 +255,7 @@ def test_a_graph_list_is_cut_at_the_running_cap_and_summed_when_asked(
     plain, cut = memory_sizes(found), memory_sizes(found, caps=("max-running-requests",))
     assert plain[row, 2] == plain[twin, 2]  # as asked, the cap does not show in the graphs' size
     assert cut[row, 2] < cut[twin, 2]  # SGLang captures nothing past the request pool of 8
-    monkeypatch.setattr(sampler, "GRAPH_SUM", True)
+    monkeypatch.setattr(plane, "GRAPH_SUM", True)
     summed = memory_sizes(found, caps=("max-running-requests",))
     assert summed.shape[1] == cut.shape[1] + 1
     assert summed[row, -1] < summed[twin, -1] and not np.isnan(summed).any()
@@ -273,10 +274,10 @@ def test_a_free_vram_floor_is_met_where_the_plane_leaves_room_above_it(
 
     study = _study(launches, TOTAL, slos=margins)
     trials = study.get_trials(deepcopy=False)
-    plane = sampler.fitted_plane(found, trials, _seen(study, found.index()), space)
-    assert sampler.vram_floors(plane, trials) is None  # a measured option, off (docs/design.md)
-    monkeypatch.setattr(sampler, "PLANE_FLOORS", True)
-    floors = sampler.vram_floors(plane, trials)
+    fitted = plane.fitted_plane(found, trials, _seen(study, found.index()), space)
+    assert plane.vram_floors(fitted, trials) is None  # a measured option, off (docs/design.md)
+    monkeypatch.setattr(plane, "PLANE_FLOORS", True)
+    floors = plane.vram_floors(fitted, trials)
     assert floors is not None and set(floors) == {0}  # the floor is the first SLO by name; TPOT has none
     met = {(c.mem_fraction_static, c.cuda_graph.effective_max_bs if c.cuda_graph else None): floors[0][i]
            for i, c in enumerate(found.configs) if c.sparse_prefill_backend == "flashmla_kv"}  # fmt: skip

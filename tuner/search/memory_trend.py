@@ -17,7 +17,7 @@ A launch that ran out of memory says only that its peak missed: by default it en
 that missed by OOM_SHORT of the GPU; with CENSORED (measured, docs/design.md) as a censored one (Tobit
 by expectation-maximisation: its value is the plane's expectation given that it missed by at least
 that much, refitted until it settles), so an out-of-memory launch far past the boundary no longer pulls the
-plane up toward itself. Pure numpy over the candidates' size features (sampler.memory_sizes).
+plane up toward itself. Pure numpy over the candidates' size features (plane.memory_sizes).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ fine grid keeps finding new launches until the grid is spent.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,19 +24,16 @@ from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.config import TrialConfig
 from tuner.search import feasible, strategy
-from tuner.search.acquire import norm_cdf
 from tuner.search.candidates import Candidates, candidates, capped_batch, params_key, role_of, running_batch
-from tuner.search.evidence import knobs_of, size_of
+from tuner.search.evidence import knobs_of
 from tuner.search.feasible import Mechanism, mechanism_of
-from tuner.search.memory_trend import Trend, fit_trend
+from tuner.search.plane import finite_number, fitted_plane, vram_floors
 from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, choose
 from tuner.search.surrogate import Features
 from tuner.search.told import concluded, measured_values
 from tuner.sglang.backend_support import built_for, sm_major
-from tuner.sglang.graph_defaults import captured_sizes, default_graph_max_bs
 from tuner.space.goals import Slo
 from tuner.space.sampling import joined_params, sampler_params
 
@@ -49,14 +46,6 @@ RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_
 # rises by RUNNING_PRIOR x log(min(cap, clients) / clients) (0: a flat prior; 1: tokens per step grow
 # with the batch, each step as long)
 RUNNING_PRIOR = 0.0
-# SGLang's own graph list sized on the plane of free memory (own_graph_sizes); off: left out of the plane
-OWN_GRAPH_SIZE = False
-# graph lists cut at the running-request cap on the plane, as SGLang captures them; off: as asked
-GRAPHS_WITHIN_CAP = True
-# the sum of the captured batch sizes as one more size on the plane (per-graph buffers); off: the largest
-GRAPH_SUM = False
-# a free-VRAM floor's P(met) from the plane of free memory rather than from its margins' own model
-PLANE_FLOORS = False
 # first objectives that grow with the decode batch (per-user throughput and latencies do not)
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "output_throughput_per_gpu")
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
@@ -225,206 +214,6 @@ def _kv_cover(space: SearchSpace, predicted: Sequence[float | None]) -> np.ndarr
     return np.asarray([-1.0 if kv is None else min(1.0, max(0.0, kv) / demand) for kv in predicted])
 
 
-def _memory_plane(
-    found: Candidates, trials: Sequence[FrozenTrial], seen: Sequence[Seen], space: SearchSpace | None = None
-) -> np.ndarray | None:
-    """P(the peak fits) per candidate from the plane of free memory (`fitted_plane`); NaN where a
-    candidate's size is not known; None when no plane is fitted."""
-    plane = fitted_plane(found, trials, seen, space)
-    return None if plane is None else plane.p_above(0.0)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Plane:
-    """The plane of free memory with every candidate's sizes (NaN rows: a size not known)."""
-
-    trend: Trend
-    sizes: np.ndarray
-
-    def p_above(self, floor_mib: float) -> np.ndarray:
-        """P(the lowest free memory > floor_mib) per candidate; NaN where its sizes are not known."""
-        unknown = np.isnan(self.sizes).any(axis=1)
-        mu, sd = self.trend.predict(np.nan_to_num(self.sizes))
-        out: np.ndarray = np.where(unknown, np.nan, norm_cdf((mu - floor_mib) / sd))
-        return out
-
-
-def fitted_plane(
-    found: Candidates, trials: Sequence[FrozenTrial], seen: Sequence[Seen], space: SearchSpace | None = None
-) -> Plane | None:
-    """The plane of free memory over the memory knobs (tuner.search.memory_trend), fitted on the
-    launches that measured their lowest free memory and on those that ran out of it (at a little below
-    none free: the peak just missed, the closest a failure can say); None until one measured and two in
-    all, or when no launch told its GPU's memory. SGLang's own graph list takes the size its launches
-    captured, else the release's default for the GPU (`own_graph_sizes`)."""
-    if not feasible.MEMORY_PLANE:
-        return None
-    attrs = {t.number: t.user_attrs for t in trials}
-    total = max((_number_or(a.get("gpu_total_mib")) for a in attrs.values()), default=0.0)
-    rows, free = [], []
-    for s in seen:
-        got = (
-            _number_or(attrs.get(s.trial, {}).get("min_free_vram_mib"), math.nan)
-            if s.trial is not None
-            else math.nan
-        )
-        if s.log_first is not None and math.isfinite(got):
-            rows.append(s.index)
-            free.append(got)
-    if not rows:
-        return None
-    own = own_graph_sizes(found, seen, attrs, space, total) if OWN_GRAPH_SIZE else None
-    caps = tuple(p.name for p in space.params if role_of(p) == "running") if space is not None else ()
-    sizes = memory_sizes(found, own, caps if GRAPHS_WITHIN_CAP else ())
-    known = [i for i, r in enumerate(rows) if not np.isnan(sizes[r]).any()]
-    short = [s.index for s in seen if s.failed is Mechanism.MEMORY and not np.isnan(sizes[s.index]).any()]
-    trend = fit_trend(
-        sizes[[rows[i] for i in known]], np.asarray([free[i] for i in known]), total, sizes[short]
-    )
-    return None if trend is None else Plane(trend=trend, sizes=sizes)
-
-
-def vram_floors(plane: Plane | None, trials: Sequence[FrozenTrial]) -> dict[int, np.ndarray] | None:
-    """Per free-VRAM floor among the study's SLOs (by its index in the margins' order), P(met) per
-    candidate from the plane: the floor bounds the very quantity the plane predicts, across every group
-    of launches. None: off, no plane, or no such floor."""
-    if plane is None or not PLANE_FLOORS:
-        return None
-    names = sorted({k for t in trials for k in t.user_attrs if k.startswith("c_slo:")})
-    out = {}
-    for j, name in enumerate(names):
-        slo = Slo.from_name(name.removeprefix("c_slo:"))
-        if slo is not None and slo.metric == "min_free_vram_mib" and slo.op in (">=", ">"):
-            out[j] = plane.p_above(slo.bound)
-    return out or None
-
-
-def _number_or(value: object, default: float = 0.0) -> float:
-    return float(value) if _number(value) else default  # type: ignore[arg-type]
-
-
-def _own_list(config: TrialConfig) -> bool:
-    graph = config.cuda_graph
-    return graph is not None and graph.enabled and graph.max_bs is None and not graph.bs
-
-
-def own_graph_sizes(
-    found: Candidates,
-    seen: Sequence[Seen],
-    attrs: Mapping[int, Mapping[str, Any]],
-    space: SearchSpace | None,
-    total_mib: float,
-) -> np.ndarray | None:
-    """Per candidate, the largest batch SGLang's own graph list captures there (NaN elsewhere): the
-    most any launch of that list reported capturing, else the release's default for the GPU and the
-    launch's TP size (tuner.sglang.graph_defaults); either capped by the candidate's running-request
-    caps, as SGLang caps its list. None: no candidate keeps SGLang's list, or its size is not known."""
-    own = [i for i, c in enumerate(found.configs) if _own_list(c)]
-    if not own:
-        return None
-    caps = [p.name for p in space.params if role_of(p) == "running"] if space is not None else []
-    whole, at_least = 0.0, 0.0  # the list as captured uncapped; a lower bound, where a cap cut it
-    for s in seen:
-        got = _number_or(attrs.get(s.trial, {}).get("captured_graph_max_bs")) if s.trial is not None else 0.0
-        if got > 0 and _own_list(found.configs[s.index]):
-            if capped_batch(found.params[s.index], math.inf, caps) > got:
-                whole = max(whole, got)
-            else:
-                at_least = max(at_least, got)
-    if whole <= 0 and (space is None or total_mib <= 0):
-        return None if at_least <= 0 else np.where([_own_list(c) for c in found.configs], at_least, np.nan)
-    fixed = dict(space.fixed_flags) if space is not None else {}
-    release = None if space is None else space.sglang_version
-    if release in (None, "auto") and space is not None:
-        release = space.checked_sglang_version
-    out = np.full(len(found.configs), np.nan)
-    for i in own:
-        params = found.params[i]
-        largest = whole
-        if largest <= 0:
-            tp = _tp_of({**fixed, **params})
-            largest = max(at_least, float(default_graph_max_bs(total_mib, tp, release)))
-        out[i] = capped_batch(params, largest, caps)
-    return out
-
-
-def _tp_of(flags: Mapping[str, object]) -> int:
-    for name in ("tp-size", "tensor-parallel-size", "tp"):
-        value = flags.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 1
-
-
-_SIZES: dict[int, tuple[Candidates, np.ndarray]] = {}
-
-
-def memory_sizes(
-    found: Candidates, own_graph: np.ndarray | None = None, caps: Sequence[str] = ()
-) -> np.ndarray:
-    """Per candidate, the sizes that set its peak memory, each on [0, 1] over the space: the fraction,
-    graphs on, the largest captured batch, and every other flag whose knob has a size (the prefill
-    chunk, the running cap, the KV dtype's bytes). SGLang's own graph list takes its size from
-    `own_graph` (per candidate); NaN where that is not given (its size is the release's). A graph list
-    is cut at the candidate's running-request `caps`: SGLang captures no batch past its request pool."""
-    raw = _raw_sizes(found)
-    if own_graph is not None or caps:
-        raw = raw.copy()
-    if own_graph is not None:
-        fill = np.isnan(raw[:, 2]) & np.isfinite(own_graph)
-        raw[fill, 2] = own_graph[fill]
-    if caps:
-        limit = np.asarray([capped_batch(params, math.inf, caps) for params in found.params])
-        raw[:, 2] = np.where(np.isnan(raw[:, 2]), np.nan, np.minimum(raw[:, 2], limit))
-    if GRAPH_SUM:
-        raw = np.column_stack([raw, _graph_sums(found, own_graph, caps)])
-    low, high = np.nanmin(raw, axis=0), np.nanmax(raw, axis=0)
-    span = np.where(high > low, high - low, 1.0)
-    out: np.ndarray = (raw - low) / span
-    return out
-
-
-def _graph_sums(found: Candidates, own_graph: np.ndarray | None, caps: Sequence[str]) -> np.ndarray:
-    """Per candidate, the sum of the batch sizes its graphs capture (each graph keeps buffers that grow
-    with its batch); 0 with graphs off, NaN where the list's size is not known."""
-    out = np.zeros(len(found.configs))
-    for i, (config, params) in enumerate(zip(found.configs, found.params, strict=True)):
-        graph = config.cuda_graph
-        if graph is None or not graph.enabled:
-            continue
-        top = graph.max_bs
-        if top is None and not graph.bs:
-            own = own_graph[i] if own_graph is not None else math.nan
-            if not math.isfinite(own):
-                out[i] = math.nan
-                continue
-            top = int(own)
-        pool = capped_batch(params, math.inf, caps)
-        out[i] = float(sum(captured_sizes(top, graph.bs, int(pool) if math.isfinite(pool) else None)))
-    return out
-
-
-def _raw_sizes(found: Candidates) -> np.ndarray:
-    hit = _SIZES.get(id(found))
-    if hit is not None and hit[0] is found:
-        return hit[1]
-    knobs = [knobs_of(c) for c in found.configs]
-    names = sorted({n for k in knobs for n, v in k.others if size_of(n, v) is not None})
-    raw = np.full((len(knobs), 3 + len(names)), np.nan)
-    for i, k in enumerate(knobs):
-        raw[i, 0] = k.fraction if k.fraction is not None else np.nan
-        raw[i, 1] = 1.0 if k.graphs else 0.0
-        raw[i, 2] = float(k.graph_max_bs) if k.graph_max_bs else (np.nan if k.graphs else 0.0)
-        others = dict(k.others)
-        for j, n in enumerate(names):
-            size = size_of(n, others[n]) if n in others else 0.0
-            raw[i, 3 + j] = size if size is not None else 0.0
-    if len(_SIZES) > 8:
-        _SIZES.clear()
-    _SIZES[id(found)] = (found, raw)
-    return raw
-
-
 def _support(found: Candidates, trials: Sequence[FrozenTrial]) -> np.ndarray | None:
     """The support mechanism's prior per candidate, from the kernels SGLang ships for the GPU the
     launches ran on (the latest that says); None when no launch told its GPU or no backend is known."""
@@ -477,7 +266,7 @@ def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> S
     second = _better(values[1], directions[1]) if first is not None and len(values) > 1 else None
     margins = tuple(
         relative_margin(k.removeprefix("c_slo:"), float(v))
-        for k, v in sorted(attrs.items()) if k.startswith("c_slo:") and _number(v)
+        for k, v in sorted(attrs.items()) if k.startswith("c_slo:") and finite_number(v)
     )  # fmt: skip
     if measured and not attrs.get("feasible") and not any(m > 0 for m in margins):
         failed = Mechanism.OTHER  # infeasible for a reason the margins do not show
@@ -502,7 +291,3 @@ def relative_margin(name: str, margin: float) -> float:
     if slo.bound <= 0 or value <= 0:
         return margin
     return math.log(value / slo.bound) if upper else math.log(slo.bound / value)
-
-
-def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
