@@ -76,8 +76,9 @@ def test_confirm_refuses_a_space_that_now_renders_another_launch(
     changed.write_text(
         profile_study.space.read_text().replace("model-path: /models/tiny", "model-path: /models/other")
     )
+    db = profile_study.copy_db(tmp_path / "refused.db")  # the shared study stays as it was measured
     done = profile_study.tuner(
-        "confirm", "--space", str(changed), "--db", str(profile_study.db), "--best", "--repeats", "1"
+        "confirm", "--space", str(changed), "--db", str(db), "--best", "--repeats", "1"
     )
     assert done.returncode == 2
     assert "now renders a different launch" in done.stderr and "Traceback" not in done.stderr
