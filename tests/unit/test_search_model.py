@@ -10,12 +10,12 @@ import numpy as np
 import optuna
 import pytest
 
-from tuner.search import feasible, sampler
+from tuner.search import feasible, sampler, strategy
 from tuner.search.acquire import log_ehvi, log_expected_excess, log_norm_cdf, log_scores
 from tuner.search.candidates import Block
 from tuner.search.feasible import Mechanism, Outcome, log_p_feasible, mechanism_of
 from tuner.search.sampler import _seen, relative_margin
-from tuner.search.strategy import Seen, choose
+from tuner.search.strategy import Seen, _posterior, choose
 from tuner.search.surrogate import Features, fit_predict
 
 # a toy space: fraction (9 levels) x graphs (off + 3 sizes) x pair (4) x KV dtype (2)
@@ -184,6 +184,55 @@ def test_a_pending_launch_shrinks_the_uncertainty_near_it_and_keeps_the_mean() -
     assert np.allclose(plain.mean, cond.mean)
     assert cond.sd[row(8, 3, 3, 1)] < 0.5 * plain.sd[row(8, 3, 3, 1)]
     assert cond.sd[row(7, 3, 3, 1)] < plain.sd[row(7, 3, 3, 1)]
+
+
+def test_the_posterior_covariance_with_anchors_is_the_variance_on_the_diagonal_and_brute_force_off_it() -> None:
+    rows = [row(2, 0, 0, 0), row(6, 1, 1, 1), row(4, 2, 2, 0), row(3, 3, 0, 1)]
+    y = np.asarray([truth(*GRID[i]) for i in rows])
+    probe = [row(5, 1, 1, 1), row(0, 0, 3, 0), row(8, 3, 2, 1)]
+    for waiting in (None, FEATURES.take([row(7, 2, 1, 0)])):
+        post = fit_predict(
+            FEATURES.take(rows), y, FEATURES.take(probe), BLOCKS, ard=False, pending=waiting,
+            anchors=FEATURES.take(probe),
+        )  # fmt: skip
+        assert post.anchor_cov is not None
+        assert np.allclose(np.diag(post.anchor_cov), post.sd**2, rtol=1e-6)
+        assert np.allclose(post.anchor_cov, post.anchor_cov.T, atol=1e-9)
+    # a point next to a launch moves with it: its covariance with a far point is smaller than its variance
+    post = fit_predict(FEATURES.take(rows), y, FEATURES.take(probe), BLOCKS, ard=False, anchors=FEATURES.take(probe))
+    assert post.anchor_cov is not None and abs(post.anchor_cov[0, 1]) < post.sd[0] * post.sd[1]
+
+
+def test_a_twin_tied_to_the_incumbent_gains_less_than_an_unseen_configuration_of_the_same_mean() -> None:
+    best = 1000.0
+    mu = np.full(2, math.log(best))
+    sd = np.asarray([0.1, 0.1])
+    # the twin's difference to the incumbent is nearly certain; the unseen one's is not
+    got = log_scores(mu, sd, np.zeros(2), best=best, second=None, front=[], sd_gain=np.asarray([0.01, 0.14]))
+    plain = log_scores(mu, sd, np.zeros(2), best=best, second=None, front=[])
+    assert plain[0] == pytest.approx(plain[1])
+    assert got[0] < got[1] and np.all(np.isfinite(got))
+
+
+def test_a_twin_of_the_incumbent_differs_from_it_by_less_than_its_own_spread_and_a_stranger_by_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(strategy, "CORRELATED", True)
+    # noisy launches; the fraction does not matter, so the incumbent's fraction twins move with it
+    rng = np.random.default_rng(3)
+    rows = [row(4, 1, p, 0) for p in range(4)] + [row(f, 1, 1, 0) for f in (0, 2, 6, 8)]
+    rows += [row(4, 2, 1, 0), row(4, 1, 1, 1), row(4, 3, 0, 1), row(2, 2, 2, 1)]
+    flat = lambda f, g, p, k: [0.0, 0.25, -0.1, 0.1][p] + 0.02 * g + 0.01 * k  # noqa: E731
+    seen = [Seen(index=i, log_first=flat(*GRID[i]) + 0.03 * rng.standard_normal(), second=None, feasible=True)
+            for i in rows]  # fmt: skip
+    open_rows = [i for i in range(len(GRID)) if i not in rows]
+    mu, sd, _, incumbent, sd_gain = _posterior(FEATURES, BLOCKS, seen, FEATURES.take(open_rows), None)
+    assert incumbent is not None and sd_gain is not None
+    centre = GRID[incumbent]
+    twin = open_rows.index(row(centre[0] - 1, *centre[1:]))
+    stranger = open_rows.index(row(8, 3, 2, 0))
+    assert sd_gain[twin] < 0.75 * sd[twin]
+    assert sd_gain[stranger] > sd[stranger]
 
 
 def test_seeds_diversify_the_first_choices_and_one_seed_gives_one_choice() -> None:

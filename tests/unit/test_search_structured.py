@@ -255,11 +255,11 @@ def test_a_capacity_column_lets_the_model_see_a_cliff_the_knobs_place_apart() ->
     rows = random.Random(5).sample(range(len(GRID)), 16)
     seen = [Seen(index=i, log_first=float(y[i]), second=None, feasible=True) for i in rows]
     every = list(range(len(GRID)))
-    plain, _, _, _ = _posterior(FEATURES, BLOCKS, seen, FEATURES, None)
+    plain, _, _, _, _ = _posterior(FEATURES, BLOCKS, seen, FEATURES, None)
     features, blocks, test, waiting = _with_column(FEATURES, BLOCKS, cover, every, [])
     assert len(blocks) == len(BLOCKS) + 1 and features.num.shape[1] == FEATURES.num.shape[1] + 1
     assert waiting is None and np.array_equal(test.num[:, -1], cover)
-    wider, _, _, _ = _posterior(features, blocks, seen, test, None)
+    wider, _, _, _, _ = _posterior(features, blocks, seen, test, None)
     assert np.sqrt(np.mean((wider - y) ** 2)) < 0.7 * np.sqrt(np.mean((plain - y) ** 2))
 
 
@@ -268,7 +268,7 @@ def test_the_capacity_is_unknown_until_a_launch_places_its_memory_line() -> None
     found = candidates(space)
 
     def cover(policy: Policy) -> np.ndarray | None:
-        return _kv_cover(space, [policy.memory.predict(knobs_of(c)).kv_tokens for c in found.configs])
+        return _kv_cover(space, found, [policy.memory.predict(knobs_of(c)).kv_tokens for c in found.configs])
 
     assert (cover(build_policy([])) == -1.0).all()
     configs = [c for c in found.configs if c.mem_fraction_static is not None][:1]

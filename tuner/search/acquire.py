@@ -131,9 +131,12 @@ def log_scores(
     front: Sequence[tuple[float, float]],
     hv_weight: float = 1.0,
     improve_by: float = 0.0,
+    sd_gain: Array | None = None,
 ) -> Array:
     """The log acquisition of every candidate (higher is better); `best` is the incumbent first objective,
     `improve_by` the share above it that counts as an improvement (expected excess over best x (1 + it)).
+    `sd_gain`: the sd of each candidate's log difference to the incumbent (whose value the model is
+    unsure of too, and tied to its neighbours'); the expected improvement then uses it instead of sd.
 
     Nothing feasible measured yet: log P(feasible) + SD_WEIGHT_UNFOUND x log sd (where a launch likely
     runs and the model knows least).
@@ -141,7 +144,7 @@ def log_scores(
     if best is None or best <= 0:
         out: Array = log_p_feasible + SD_WEIGHT_UNFOUND * np.log(np.maximum(sd, 1e-12))
         return out
-    gain = log_expected_excess(mu, sd, best * (1.0 + improve_by)) - math.log(best)
+    gain = log_expected_excess(mu, sd if sd_gain is None else sd_gain, best * (1.0 + improve_by)) - math.log(best)
     if second is not None and front:
         hv = hypervolume(front)
         if hv > 0:

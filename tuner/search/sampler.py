@@ -159,7 +159,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
                 kv.append(float(decision.prediction.kv_tokens or 0.0))
                 predicted.append(decision.prediction.kv_tokens)
             if strategy.KV_COVER:
-                capacity = _kv_cover(self._space, predicted)
+                capacity = _kv_cover(self._space, found, predicted)
             names = list(study.metric_names or [])
             maximised = len(directions) > 1 and directions[1] is StudyDirection.MAXIMIZE
             if maximised and names[1:2] == ["kv_tokens"] and any(kv):
@@ -202,16 +202,23 @@ def _running_offset(
     return out
 
 
-def _kv_cover(space: SearchSpace, predicted: Sequence[float | None]) -> np.ndarray | None:
+def _kv_cover(space: SearchSpace, found: Candidates, predicted: Sequence[float | None]) -> np.ndarray | None:
     """Per candidate, the share of the running batch's tokens its KV pool holds as the memory model
-    predicts it (`predicted` KV tokens), min(1, KV tokens / (batch x (input + output))); -1 where the
-    model cannot tell yet. None: the benchmark's batch is unknown (an open loop only)."""
-    batch = running_batch(space)
-    if batch is None:
+    predicts it (`predicted` KV tokens), min(1, KV tokens / (batch x (input + output))), the batch
+    being the clients' capped by the candidate's running-request caps; -1 where the model cannot
+    tell yet. None: the benchmark's batch is unknown (an open loop only)."""
+    clients = running_batch(space)
+    if clients is None:
         return None
+    caps = [p.name for p in space.params if role_of(p) == "running"]
     workload = space.bench.workload
-    demand = float(batch) * (workload.input_len + workload.output_len)
-    return np.asarray([-1.0 if kv is None else min(1.0, max(0.0, kv) / demand) for kv in predicted])
+    per_request = float(workload.input_len + workload.output_len)
+    out = np.full(len(predicted), -1.0)
+    for i, kv in enumerate(predicted):
+        if kv is not None:
+            demand = capped_batch(found.params[i], float(clients), caps) * per_request
+            out[i] = min(1.0, max(0.0, kv) / demand)
+    return out
 
 
 def _support(found: Candidates, trials: Sequence[FrozenTrial]) -> np.ndarray | None:

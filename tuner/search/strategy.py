@@ -51,6 +51,11 @@ TEMPERATURE = 0.15  # Gumbel-max temperature on the log score (0: always the arg
 # expected improvement of at least this share over the incumbent: a gain within the benchmark's noise
 # (a fraction twin of the incumbent on a flat stretch) is no gain
 IMPROVE_BY = 0.0
+# Expected improvement of the difference to the incumbent, whose value is uncertain too: a candidate
+# the model ties to the incumbent (a fraction twin on a flat stretch) shares its uncertainty, so
+# the difference's sd is small and so is its expected gain, while a configuration the launches say
+# little about differs by the sum of both variances (noisy EI's correlation, Letham et al. 2019).
+CORRELATED = False  # measured: neutral (docs/design.md)
 PRIOR_LATER = 0.0  # the memory prior's strength once a feasible launch is known (1 before)
 # Measured options, off (docs/design.md gives the figures):
 AVERAGE = False  # average the objective's model over the knobs' relevance and noise (fit_predict)
@@ -137,20 +142,23 @@ def choose(
     around = measured
     if shift is not None:  # the model learns the rest around the prior mean
         around = [replace(s, log_first=(s.log_first or 0.0) - float(shift[s.index])) for s in measured]
-    mu, sd, best, incumbent = _posterior(features, blocks, around, test, waiting, shift)
+    mu, sd, best, incumbent, sd_gain = _posterior(features, blocks, around, test, waiting, shift)
     if shift is not None:
         mu = mu + shift[open_rows]
-    sd = sd * CALIBRATION
+    widen = CALIBRATION
     if left is not None and budget:
-        sd = sd * math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
+        widen *= math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
+    sd = sd * widen
+    sd_gain = None if sd_gain is None else sd_gain * widen
     front = [(math.exp(s.log_first), s.second) for s in measured
              if s.feasible and s.log_first is not None and s.second is not None]  # fmt: skip
     predicted = None if second is None else second[open_rows]
     if predicted is None and front:
         predicted = _second_of(features, blocks, measured, test)
     acq = log_scores(
-        mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT, improve_by=IMPROVE_BY
-    )
+        mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT, improve_by=IMPROVE_BY,
+        sd_gain=sd_gain,
+    )  # fmt: skip
     late = left is not None and budget and left <= LOCAL_LATE * budget
     if late and incumbent is not None:
         near = _neighbours(features, blocks, open_rows, incumbent)
@@ -184,14 +192,15 @@ def _posterior(
     test: Features,
     waiting: Features | None,
     shift: Array | None = None,
-) -> tuple[Array, Array, float | None, int | None]:
-    """The first objective's log posterior (mean, sd) over the open candidates, and the incumbent by the
-    model's mean (None until a feasible launch was measured) with its row. With nothing measured: a
-    flat prior, kept away from what is already running."""
+) -> tuple[Array, Array, float | None, int | None, Array | None]:
+    """The first objective's log posterior (mean, sd) over the open candidates, the incumbent by the
+    model's mean (None until a feasible launch was measured) with its row, and (CORRELATED) the sd of
+    each candidate's difference to the incumbent. With nothing measured: a flat prior, kept away from
+    what is already running."""
     n = len(test.cat)
     if not measured:
         sd = _spread_near(features, blocks, test, waiting) if waiting is not None else np.ones(n)
-        return np.zeros(n), sd, None, None
+        return np.zeros(n), sd, None, None, None
     y = np.asarray([s.log_first for s in measured], dtype=np.float64)
     spread = max(float(np.std(y)), MIN_SPREAD)
     good = [s.index for s in measured if s.feasible]
@@ -209,13 +218,18 @@ def _posterior(
         pending=waiting,
         noise_sd=NOISE_SD if NOISE_PRIOR else None,
         average=AVERAGE,
+        anchors=features.take(good) if CORRELATED and good else None,
     )
     # the incumbent by the model's mean, not the luckiest noisy measurement
     if not good:
-        return post.mean[:n], post.sd[:n], None, None
+        return post.mean[:n], post.sd[:n], None, None, None
     at_good = post.mean[n:] + (shift[good] if shift is not None else 0.0)
     top = int(np.argmax(at_good))
-    return post.mean[:n], post.sd[:n], math.exp(float(at_good[top])), good[top]
+    sd_gain = None
+    if post.anchor_cov is not None:
+        var = post.sd[:n] ** 2 + post.sd[n + top] ** 2 - 2.0 * post.anchor_cov[:n, top]
+        sd_gain = np.sqrt(np.maximum(var, 1e-12))
+    return post.mean[:n], post.sd[:n], math.exp(float(at_good[top])), good[top], sd_gain
 
 
 def _neighbours(

@@ -102,6 +102,8 @@ class Posterior:
     share: float
     noise: float
     weights: tuple[float, ...] = ()  # the knobs' relevances (ARD), mean 1
+    # the posterior covariance of each test row with each anchor row (target units squared), if asked
+    anchor_cov: Array | None = None
 
 
 def fit_predict(
@@ -116,6 +118,7 @@ def fit_predict(
     pending: Features | None = None,
     noise_sd: Sequence[float] | None = None,
     average: bool = False,
+    anchors: Features | None = None,
 ) -> Posterior:
     """Fit on (train, y) and predict at `test`; hyperparameters by marginal likelihood on a grid.
 
@@ -131,6 +134,8 @@ def fit_predict(
     weighed by its marginal likelihood times its prior (Bayesian model averaging): a few launches
     cannot tell which knob matters, and a single fitted guess makes the model sure of what it has
     not seen (a backend pair never measured looks like the average of those that were).
+    `anchors`: rows whose posterior covariance with every test row is returned too (`anchor_cov`; the
+    most probable setting's when averaging), e.g. the incumbent, whose improvement is a difference.
     """
     n = len(y)
     centre = float(np.mean(y)) if prior_mean is None else prior_mean
@@ -160,8 +165,9 @@ def fit_predict(
         settings = [(1.0, weights, noise)]
     k_test = knob_kernels(test, train, blocks, length)
     k_all = k_both = None
+    given = train  # what the posterior is conditioned on
     if pending is not None and pending.cat.shape[0] > 0:
-        both = Features(
+        both = given = Features(
             cat=np.concatenate([train.cat, pending.cat]), num=np.concatenate([train.num, pending.num])
         )
         k_all = knob_kernels(both, both, blocks, length)
@@ -177,10 +183,38 @@ def fit_predict(
             second += p * (var + mean * mean)
         var = np.maximum(second - first * first, 1e-9)
     top = settings[0]
+    cov = None
+    if anchors is not None and anchors.cat.shape[0] > 0:
+        cov = scale * scale * _covariance(
+            k_all if k_all is not None else k_train,
+            k_both if k_both is not None else k_test,
+            knob_kernels(anchors, given, blocks, length),
+            knob_kernels(test, anchors, blocks, length),
+            share, top[1], top[2],
+        )  # fmt: skip
     return Posterior(
         mean=centre + scale * first, sd=scale * np.sqrt(var), share=share, noise=top[2],
-        weights=tuple(float(w) for w in top[1]),
+        weights=tuple(float(w) for w in top[1]), anchor_cov=cov,
     )  # fmt: skip
+
+
+def _covariance(
+    k_given: Sequence[Array],
+    k_test: Sequence[Array],
+    k_anchor: Sequence[Array],
+    k_test_anchor: Sequence[Array],
+    share: float,
+    weights: Array,
+    noise: float,
+) -> Array:
+    """Standardised posterior covariance of the test rows with the anchor rows, given the rows of
+    `k_given` (the launches, and those still running)."""
+    n = k_given[0].shape[0]
+    chol = np.linalg.cholesky(combine(k_given, share, weights) + (noise + 1e-9) * np.eye(n))
+    v_test = np.linalg.solve(chol, combine(k_test, share, weights).T)
+    v_anchor = np.linalg.solve(chol, combine(k_anchor, share, weights).T)
+    out: Array = combine(k_test_anchor, share, weights) - v_test.T @ v_anchor
+    return out
 
 
 def _predict(
