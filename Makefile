@@ -4,6 +4,9 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Test processes (pytest-xdist, a file per worker): most integration tests wait on simulated servers,
+# so four share two cores well.
+TEST_WORKERS ?= 4
 
 .PHONY: demo test unit chaos lint venv clean
 
@@ -31,9 +34,10 @@ lint: venv
 	$(BIN)/mypy tuner
 	$(BIN)/lint-imports
 
-# The suite without the chaos storms (those run at full size in `make chaos`, which CI runs too).
+# The suite without the chaos storms (those run at full size in `make chaos`, which CI runs too), in
+# TEST_WORKERS processes (TEST_WORKERS=0: one).
 test: lint
-	$(BIN)/python -m pytest -q -m "not chaos"
+	$(BIN)/python -m pytest -q -m "not chaos" -n $(TEST_WORKERS) --dist loadfile
 
 # The unit tests alone (the pure core and the store, no server processes): the quick loop while editing.
 unit: venv

@@ -84,7 +84,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "message"), CASES, ids=[f"{p}={v!r}"[:40] for p, v, _ in CASES])
+# ids stable across processes (pytest-xdist compares the workers' collections)
+CASE_IDS = [f"{p}={'<deleted>' if v is _DELETE else repr(v)}"[:40] for p, v, _ in CASES]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), CASES, ids=CASE_IDS)
 def test_bad_scenario_is_one_line_naming_file_key_and_expectation(
     path: str, value: Any, message: str
 ) -> None:

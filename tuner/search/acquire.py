@@ -144,7 +144,8 @@ def log_scores(
     if best is None or best <= 0:
         out: Array = log_p_feasible + SD_WEIGHT_UNFOUND * np.log(np.maximum(sd, 1e-12))
         return out
-    gain = log_expected_excess(mu, sd if sd_gain is None else sd_gain, best * (1.0 + improve_by)) - math.log(best)
+    spread = sd if sd_gain is None else sd_gain
+    gain = log_expected_excess(mu, spread, best * (1.0 + improve_by)) - math.log(best)
     if second is not None and front:
         hv = hypervolume(front)
         if hv > 0:
