@@ -140,7 +140,7 @@ def candidates(space: SearchSpace, *, limit: int = MAX_CANDIDATES, seed: int = 0
     if len(found) > limit:
         found = random.Random(seed).sample(found, limit)
     blocks, columns = _layout(space)
-    caps = tuple(p.name for p in space.params if role_of(p) == "running")  # what bounds the running batch
+    caps = running_caps(space)
     cats: list[tuple[int, ...]] = []
     nums: list[tuple[float, ...]] = []
     for params in found:
@@ -254,6 +254,11 @@ def _coverage(params: Mapping[str, Any], value: Any, batch: float, caps: tuple[s
     if not bs:
         return -1.0
     return min(1.0, bs / capped_batch(params, batch, caps))
+
+
+def running_caps(space: SearchSpace | None) -> tuple[str, ...]:
+    """The names of the space's knobs that bound the running batch (max running requests)."""
+    return () if space is None else tuple(p.name for p in space.params if role_of(p) == "running")
 
 
 def capped_batch(params: Mapping[str, Any], batch: float, caps: Sequence[str]) -> float:

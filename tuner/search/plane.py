@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial
 from tuner.config import TrialConfig
 from tuner.search import feasible
 from tuner.search.acquire import norm_cdf
-from tuner.search.candidates import Candidates, capped_batch, role_of
+from tuner.search.candidates import Candidates, capped_batch, running_caps
 from tuner.search.evidence import knobs_of, size_of
 from tuner.search.feasible import Mechanism
 from tuner.search.memory_trend import Trend, fit_trend
@@ -92,7 +92,7 @@ def fitted_plane(
     if not rows:
         return None
     own = own_graph_sizes(found, seen, attrs, space, total) if OWN_GRAPH_SIZE else None
-    caps = tuple(p.name for p in space.params if role_of(p) == "running") if space is not None else ()
+    caps = running_caps(space)
     sizes = memory_sizes(found, own, caps if GRAPHS_WITHIN_CAP else ())
     known = [i for i, r in enumerate(rows) if not np.isnan(sizes[r]).any()]
     short = [s.index for s in seen if s.failed is Mechanism.MEMORY and not np.isnan(sizes[s.index]).any()]
@@ -140,7 +140,7 @@ def own_graph_sizes(
     own = [i for i, c in enumerate(found.configs) if _own_list(c)]
     if not own:
         return None
-    caps = [p.name for p in space.params if role_of(p) == "running"] if space is not None else []
+    caps = running_caps(space)
     whole, at_least = 0.0, 0.0  # the list as captured uncapped; a lower bound, where a cap cut it
     for s in seen:
         got = _number_or(attrs.get(s.trial, {}).get("captured_graph_max_bs")) if s.trial is not None else 0.0

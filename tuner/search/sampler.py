@@ -25,7 +25,14 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.search import feasible, strategy
-from tuner.search.candidates import Candidates, candidates, capped_batch, params_key, role_of, running_batch
+from tuner.search.candidates import (
+    Candidates,
+    candidates,
+    capped_batch,
+    params_key,
+    running_batch,
+    running_caps,
+)
 from tuner.search.evidence import knobs_of
 from tuner.search.feasible import Mechanism, mechanism_of
 from tuner.search.plane import finite_number, fitted_plane, vram_floors
@@ -193,7 +200,7 @@ def _running_offset(
     first = names[0] if names else ""
     if RUNNING_PRIOR <= 0 or first not in THROUGHPUTS or directions[0] is not StudyDirection.MAXIMIZE:
         return None
-    caps = [p.name for p in space.params if role_of(p) == "running"]
+    caps = running_caps(space)
     clients = running_batch(space)
     if not caps or not clients:
         return None
@@ -210,7 +217,7 @@ def _kv_cover(space: SearchSpace, found: Candidates, predicted: Sequence[float |
     clients = running_batch(space)
     if clients is None:
         return None
-    caps = [p.name for p in space.params if role_of(p) == "running"]
+    caps = running_caps(space)
     workload = space.bench.workload
     per_request = float(workload.input_len + workload.output_len)
     out = np.full(len(predicted), -1.0)

@@ -172,49 +172,33 @@ def fit_predict(
         )
         k_all = knob_kernels(both, both, blocks, length)
         k_both = knob_kernels(test, both, blocks, length)
+    k_anchors = None
+    if anchors is not None and anchors.cat.shape[0] > 0:
+        k_anchors = (
+            knob_kernels(anchors, given, blocks, length),
+            knob_kernels(test, anchors, blocks, length),
+        )
     if len(settings) == 1:
-        first, var = _predict(k_train, k_test, z, share, settings[0][1], settings[0][2], k_all, k_both)
-    else:  # the mixture's mean and variance
+        first, var, cov = _predict(
+            k_train, k_test, z, share, settings[0][1], settings[0][2], k_all, k_both, k_anchors
+        )
+    else:  # the mixture's mean and variance; the most probable setting's covariance
         first = np.zeros(len(test.cat))
         second = np.zeros(len(test.cat))
-        for p, weights, noise_h in settings:
-            mean, var = _predict(k_train, k_test, z, share, weights, noise_h, k_all, k_both)
+        for i, (p, weights, noise_h) in enumerate(settings):
+            mean, var, got = _predict(
+                k_train, k_test, z, share, weights, noise_h, k_all, k_both, k_anchors if i == 0 else None
+            )
+            cov = got if i == 0 else cov
             first += p * mean
             second += p * (var + mean * mean)
         var = np.maximum(second - first * first, 1e-9)
     top = settings[0]
-    cov = None
-    if anchors is not None and anchors.cat.shape[0] > 0:
-        cov = scale * scale * _covariance(
-            k_all if k_all is not None else k_train,
-            k_both if k_both is not None else k_test,
-            knob_kernels(anchors, given, blocks, length),
-            knob_kernels(test, anchors, blocks, length),
-            share, top[1], top[2],
-        )  # fmt: skip
+    cov = None if cov is None else scale * scale * cov
     return Posterior(
         mean=centre + scale * first, sd=scale * np.sqrt(var), share=share, noise=top[2],
         weights=tuple(float(w) for w in top[1]), anchor_cov=cov,
     )  # fmt: skip
-
-
-def _covariance(
-    k_given: Sequence[Array],
-    k_test: Sequence[Array],
-    k_anchor: Sequence[Array],
-    k_test_anchor: Sequence[Array],
-    share: float,
-    weights: Array,
-    noise: float,
-) -> Array:
-    """Standardised posterior covariance of the test rows with the anchor rows, given the rows of
-    `k_given` (the launches, and those still running)."""
-    n = k_given[0].shape[0]
-    chol = np.linalg.cholesky(combine(k_given, share, weights) + (noise + 1e-9) * np.eye(n))
-    v_test = np.linalg.solve(chol, combine(k_test, share, weights).T)
-    v_anchor = np.linalg.solve(chol, combine(k_anchor, share, weights).T)
-    out: Array = combine(k_test_anchor, share, weights) - v_test.T @ v_anchor
-    return out
 
 
 def _predict(
@@ -226,8 +210,11 @@ def _predict(
     noise: float,
     k_all: Sequence[Array] | None,
     k_both: Sequence[Array] | None,
-) -> tuple[Array, Array]:
-    """Standardised posterior mean and variance at the test rows for one setting of the kernel."""
+    k_anchors: tuple[Sequence[Array], Sequence[Array]] | None = None,
+) -> tuple[Array, Array, Array | None]:
+    """Standardised posterior mean and variance at the test rows for one setting of the kernel, and
+    with `k_anchors` (anchors x conditioned rows, test rows x anchors) the test rows' posterior
+    covariance with the anchors."""
     n = len(z)
     k = combine(k_train, share, weights) + noise * np.eye(n)
     chol = np.linalg.cholesky(k + 1e-9 * np.eye(n))
@@ -240,7 +227,11 @@ def _predict(
         cross = combine(k_both, share, weights)
     v = np.linalg.solve(chol, cross.T)
     var: Array = np.maximum(1.0 - np.sum(v * v, axis=0), 1e-9)  # prior variance of every point is 1
-    return mean, var
+    if k_anchors is None:
+        return mean, var, None
+    v_anchor = np.linalg.solve(chol, combine(k_anchors[0], share, weights).T)
+    cov: Array = combine(k_anchors[1], share, weights) - v.T @ v_anchor
+    return mean, var, cov
 
 
 def _averaged(
