@@ -27,12 +27,14 @@ from tuner.gate.checks import GateResult
 from tuner.gate.reference import ReferenceBook
 from tuner.gate.run import gate
 from tuner.gpu.sampler import GpuProbe
-from tuner.host import free_port
+from tuner.host import free_port, port_is_free
 from tuner.sglang.flags import render_flags, validate_flags
 from tuner.sglang.orphans import LiveServers
 from tuner.space.loader import SearchSpace
 
 log = logging.getLogger(__name__)
+
+PORT_PICKS = 4  # fresh ports tried when the picked one was taken before the launch
 
 PhaseCallback = Callable[[Phase, str], None]
 GateStage = Callable[..., GateResult]
@@ -176,6 +178,23 @@ def prepare_launch(config: TrialConfig, ctx: TrialContext, *, label: str) -> Lau
         return render_launch(config, space, ctx.engine, port=free_port(space.host), log_path=log_path)
     except FlagError as exc:
         return Failure(outcome=Outcome.BAD_FLAG, phase=Phase.RENDER, message=str(exc))
+
+
+def on_a_free_port(spec: LaunchSpec, config: TrialConfig, ctx: TrialContext) -> LaunchSpec:
+    """`spec`, or the same launch on a fresh port when another process took its port since the pick.
+
+    The port is the tuner's own pick (what the OS hands out for port 0), so a parallel worker or
+    another program on the host can bind it between the pick and the launch. The launch key leaves
+    the port out: the trial is the same. After PORT_PICKS taken ports the last one is returned and
+    the launch names its holder.
+    """
+    for _ in range(PORT_PICKS):
+        if port_is_free(spec.host, spec.port):
+            return spec
+        port = free_port(spec.host)
+        log.info("port %s:%d was taken since it was picked; launching on %d", spec.host, spec.port, port)
+        spec = render_launch(config, ctx.space, ctx.engine, port=port, log_path=spec.log_path)
+    return spec
 
 
 def key_of(prepared: LaunchSpec | Failure) -> str:

@@ -36,7 +36,14 @@ from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
 from tuner.interrupts import INTERRUPTS
 from tuner.result import TrialResult
 from tuner.secrets import redact_argv, scrub, secret_values
-from tuner.session import TrialContext, effective_config, effective_note, prepare_launch, render_launch
+from tuner.session import (
+    TrialContext,
+    effective_config,
+    effective_note,
+    on_a_free_port,
+    prepare_launch,
+    render_launch,
+)
 from tuner.sglang import logs
 from tuner.sglang.auth import ServerAuth, auth_from_argv
 from tuner.sglang.flags import min_gpus
@@ -170,8 +177,9 @@ class _TrialRun:
 
     def _launch(self) -> Failure | None:
         """Start the server (recorded live first) and wait until it is ready; its failure, if any."""
-        ctx, spec = self.ctx, self.spec
-        assert spec is not None
+        ctx = self.ctx
+        assert self.spec is not None
+        spec = self.spec = on_a_free_port(self.spec, self.config, ctx)
         self._phase(Phase.LAUNCH, spec.base_url)
         secrets = secret_values(spec.argv, spec.env)
         server = self.server = ServerProcess(spec, scrub=lambda line: scrub(line, secrets))

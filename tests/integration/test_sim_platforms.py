@@ -4,18 +4,21 @@ The scenario is tiny-fast with its `platform` set; an over-committed fraction ma
 loop run out of device memory, a device fault after the first request crashes it, and weights
 larger than the card make the load fail, a kernel with no code for the device makes it
 unsupported: each must come back with the class the failure is, in CUDA's, HIP's, torch_npu's,
-XPU's and MUSA's words alike.
+XPU's and MUSA's words alike. A port another process took since the tuner picked it is picked
+again: parallel workers choose ports on their own.
 """
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tuner.config import Outcome
+from tuner import session
+from tuner.config import LaunchSpec, Outcome
 from tuner.engine import engine_for, probe_for
 from tuner.session import TrialContext
 from tuner.sim.scenario import PLATFORMS
@@ -74,3 +77,28 @@ def test_a_device_fault_under_load_is_a_crash_in_any_runtimes_words(tmp_path: Pa
 def test_a_kernel_with_no_code_for_the_device_is_unsupported(tmp_path: Path, platform: str) -> None:
     result = _trial(_ctx(tmp_path, platform, backend="unsupported"))
     assert result.outcome is Outcome.UNSUPPORTED, result.failure
+
+
+
+def test_a_port_taken_between_the_pick_and_the_launch_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parallel workers pick ports on their own: one taken since its pick is not the configuration's fault."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = int(holder.getsockname()[1])
+    picks = iter([taken])
+    real_pick = session.free_port
+    monkeypatch.setattr(session, "free_port", lambda host="127.0.0.1": next(picks, None) or real_pick(host))
+    try:
+        ctx = _ctx(tmp_path, "cuda")
+        config = config_from_params(ctx.space, dict(ctx.space.baselines[0]))
+        prepared = session.prepare_launch(config, ctx, label="port")
+        assert isinstance(prepared, LaunchSpec) and prepared.port == taken
+        result = run_trial(config, ctx, label="port", prepared=prepared)
+    finally:
+        holder.close()
+    assert result.outcome is Outcome.OK, result.failure
+    assert result.launch is not None and result.launch.port != taken
+    assert result.launch.key == prepared.key, "the port is not part of what the trial measures"
