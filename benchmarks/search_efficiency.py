@@ -466,6 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also the generated landscapes of this split (tuner.sim.generate; default: test)",
     )
     parser.add_argument("--gen-count", type=int, default=None, help="only the first N generated seeds")
+    parser.add_argument("--first-seed", type=int, default=1, help="the seeds run are first-seed .. + seeds - 1")
     parser.add_argument("--dump", default=None, help="also every run's figures as JSON lines to this file")
     parser.add_argument("--quick", action="store_true", help="3 seeds, 5 generated landscapes")
     parser.add_argument("--no-shipped", action="store_true", help="generated landscapes only")
@@ -524,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for b in budgets
         for sc in scenarios
         for st in strategies
-        for seed in range(1, args.seeds + 1)
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
     ]
     jobs.sort(
         key=lambda j: not j[1].startswith("tuner")

@@ -110,13 +110,16 @@ class World:
             for i in range(g.count)
         )  # fmt: skip
         cache = _shot_cache(path, self.scenario)
-        if cache.exists():
-            self._by_key = pickle.loads(cache.read_bytes())
-        self.shots = [self.shot(p) for p in self.points]
-        if not cache.exists():
+        kept: list[Shot] | None = None
+        if cache.exists():  # the answers and the points' shots in order (rendering each point again is slow)
+            self._by_key, kept = pickle.loads(cache.read_bytes())
+        self.shots = kept if kept is not None and len(kept) == len(self.points) else [
+            self.shot(p) for p in self.points
+        ]
+        if kept is None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             part = cache.with_suffix(f".{os.getpid()}.part")
-            part.write_bytes(pickle.dumps(self._by_key))
+            part.write_bytes(pickle.dumps((self._by_key, self.shots)))
             part.replace(cache)
         ok = [s for s in self.shots if s.feasible]
         self.best = max(s.throughput for s in ok)

@@ -17,7 +17,15 @@ from tuner.search.candidates import Block, candidates, params_key
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.policy import Policy, build_policy
 from tuner.search.sampler import StructuredSampler, _kv_cover
-from tuner.search.strategy import Seen, _neighbours, _posterior, _with_column, choose
+from tuner.search.strategy import (
+    Seen,
+    _neighbours,
+    _posterior,
+    _with_column,
+    choose,
+    kernel_paths,
+    seeded_draw,
+)
 from tuner.search.surrogate import Features, combine, fit_predict, knob_kernels
 from tuner.space.loader import SearchSpace, load_space, suggest
 from tuner.space.sampling import joined_params, sampler_params
@@ -297,3 +305,50 @@ def test_the_incumbents_neighbours_differ_from_it_in_one_knob_at_most() -> None:
     moved = [sum(x != y for x, y in zip(GRID[i], GRID[centre], strict=True)) for i in rows]
     assert [bool(v) for v in near] == [m <= 1 for m in moved]
     assert sum(near) == 1 + 3 + 2 + 4  # itself, and every other level of one knob
+
+
+PATH_BLOCKS = (
+    Block(name="fraction", cat=(), num=(0,), role="fraction"),
+    Block(name="pair", cat=(0, 1), num=(), role="backends"),
+    Block(name="graphs", cat=(2, 3), num=(1,), role="graphs"),
+    Block(name="running", cat=(4,), num=(2,), role="running"),
+)
+
+
+def test_kernel_paths_join_size_twins_and_part_kernels() -> None:
+    # (prefill, decode, graph list, its level, running cap level)
+    cat = np.asarray([
+        [0, 0, 1, 0, 0],  # the first path
+        [0, 0, 1, 0, 1],  # another fraction and running cap: the same path
+        [0, 1, 1, 0, 0],  # another decode backend
+        [0, 0, 0, 0, 0],  # graphs off
+    ], dtype=np.int64)  # fmt: skip
+    num = np.asarray([[0.1, 0.5, 0.2], [0.9, 1.0, 0.8], [0.1, 0.5, 0.2], [0.5, 0, 0.2]])
+    features = Features(cat=cat, num=num)
+    paths = kernel_paths(features, PATH_BLOCKS, np.arange(4))
+    assert paths[0] == paths[1] and len({paths[0], paths[2], paths[3]}) == 3
+    sizes_only = PATH_BLOCKS[:1]
+    assert list(kernel_paths(features, sizes_only, np.arange(4))) == [0, 0, 0, 0]  # one path
+
+
+def test_the_seeded_draw_weighs_paths_not_their_twins() -> None:
+    """A path with 40 equal twins at the top is drawn about as often as one with a single candidate
+    of the same score (per candidate it would be drawn 40 times as often); within a path the best wins."""
+    acq = np.concatenate([np.zeros(40), [0.0], [-0.05]])
+    paths = np.asarray([0] * 40 + [1, 1], dtype=np.intp)
+    picks = [seeded_draw(acq, paths, seed=s) for s in range(400)]
+    single = sum(p == 40 for p in picks) / len(picks)
+    assert 0.35 < single < 0.65 and 41 not in picks
+    per_candidate = [seeded_draw(acq, np.arange(42, dtype=np.intp), seed=s) for s in range(400)]
+    assert sum(p == 40 for p in per_candidate) / len(per_candidate) < 0.1
+
+
+def test_trials_asked_together_take_one_draws_paths_in_turn() -> None:
+    acq = np.asarray([0.0, -0.01, -0.3, -0.31, -2.0])
+    paths = np.asarray([0, 0, 1, 1, 2], dtype=np.intp)
+    firsts = [seeded_draw(acq, paths, seed=9, rank=k) for k in range(3)]
+    assert sorted(int(paths[p]) for p in firsts) == [0, 1, 2]  # one candidate of each path
+    assert all(acq[p] == acq[paths == paths[p]].max() for p in firsts)  # each its path's best
+    for seed in range(20):  # paths spent: the others, never one taken already
+        taken = [seeded_draw(acq, paths, seed=seed, rank=k) for k in range(5)]
+        assert sorted(taken) == [0, 1, 2, 3, 4]

@@ -168,6 +168,7 @@ def log_p_feasible(
     test_rows: Sequence[int] | NDArray[np.int64] | None = None,
     memory_fits: Array | None = None,
     slo_met: Mapping[int, Array] | None = None,
+    widen: float = 1.0,
 ) -> Array:
     """log P(feasible) of the test rows: the sum over mechanisms of log P(past that stage), plus the
     SLO margins' log P(met). `prior_strength` scales the memory prior's fall toward the ends; `priors`
@@ -177,13 +178,16 @@ def log_p_feasible(
     (per row of `features`; NaN: not known) is P(the peak fits) from the plane of free memory
     (tuner.search.memory_trend), which stands for the out-of-memory model where it is known;
     `slo_met` (per SLO index, per row; NaN: not known) P(that SLO is met) from the same plane, for a
-    free-VRAM floor, which stands for that margin's own model."""
+    free-VRAM floor, which stands for that margin's own model. `widen` scales the mechanisms' posterior
+    sd (the budget policy's exploration: what is uncertain early is worth a launch for what it teaches)."""
     out = np.zeros(test.cat.shape[0])
     at = None if test_rows is None else np.asarray(test_rows, dtype=np.int64)
     for mechanism in Mechanism:
         known = (priors or {}).get(mechanism)
         given = (known, at) if known is not None and at is not None else None
-        got = _log_pass(features, blocks, seen, test, mechanism, explained_label, prior_strength, given)
+        got = _log_pass(
+            features, blocks, seen, test, mechanism, explained_label, prior_strength, given, widen
+        )
         if mechanism is Mechanism.MEMORY and memory_fits is not None and at is not None:
             fits = memory_fits[at]
             with np.errstate(divide="ignore"):
@@ -254,6 +258,7 @@ def _log_pass(
     explained_label: float,
     strength: float,
     given: tuple[Array, NDArray[np.int64]] | None = None,
+    widen: float = 1.0,
 ) -> Array:
     roles = ROLES_OF.get(mechanism)
     mine = list(blocks) if roles is None else [b for b in blocks if b.role in roles]
@@ -293,7 +298,7 @@ def _log_pass(
         train = features.take(rows)
         post = fit_predict(train, np.asarray(labels) - prior(train, rows), test, mine, prior_mean=0.0,
                            scale=1.0, ard=False)  # fmt: skip
-        z = (prior(test, test_at) + post.mean) / np.sqrt(LABEL_NOISE + post.sd**2)
+        z = (prior(test, test_at) + post.mean) / np.sqrt(LABEL_NOISE + (widen * post.sd) ** 2)
     if order is not None and MONOTONE and rows:
         seen_rows, ok = features.take(rows), [v > 0 for v in labels]
         z = monotone_latent(z, test, mine, order, observed=seen_rows, passed=ok)

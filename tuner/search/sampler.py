@@ -173,7 +173,8 @@ class StructuredSampler(optuna.samplers.BaseSampler):
                 second = np.asarray(kv, dtype=np.float64)
         support = _support(found, trials)
         priors = {Mechanism.SUPPORT: support} if support is not None else {}
-        seed = (self._seed or 0) * 1_000_003 + trial.number
+        # trials asked together share one draw and take its ranks in turn (`choosing` earlier ones first)
+        seed = (self._seed or 0) * 1_000_003 + trial.number - choosing
         plane = fitted_plane(found, trials, seen, self._space)
         left = None if self._budget is None else max(1, self._budget - launches)
         pick = choose(

@@ -22,6 +22,9 @@ pure expected improvement when the budget runs out (and the finalists then re-me
 Diversity: the choice is a seeded draw among near-equal scores (Gumbel-max on the log score at
 temperature TEMPERATURE: a candidate scoring 10-20% below the best is still drawn now and then), so
 restarts and workers with their own seeds do not walk one path; one seed always gives one choice.
+With PATH_DRAW (measured, off) the noise is drawn per kernel path (kernel_paths), not per
+candidate: a draw among paths by their best score, so a path's many fraction twins do not multiply
+its chance. Trials asked together share one draw and take its ranks in turn.
 """
 
 from __future__ import annotations
@@ -43,11 +46,21 @@ EXPLAINED_LABEL = -0.5  # the label of a failure a rule explains, in its own mec
 HV_WEIGHT = 0.1  # EHVI relative to EI: the second objective is often predicted, the first must be found
 MIN_SPREAD = 0.15  # log-objective spread assumed before the launches show one (configurations differ ~15%)
 EXPLORE = 3.0  # posterior variance inflation at the start of the budget, falling linearly to 0
+# the same inflation of the failure mechanisms' posterior spread: a path whose chance to run is uncertain
+# (an untried backend beside failed ones) is worth a launch early for what it teaches
+EXPLORE_FEASIBLE = False
 # the posterior sd x this at every ask: replayed, the model's z-scores have an rms of about 1.4, not 1
 CALIBRATION = 1.0
 # the last share of the budget chooses among the incumbent's one-knob neighbours (a trust region; 0: off)
 LOCAL_LATE = 0.0
 TEMPERATURE = 0.15  # Gumbel-max temperature on the log score (0: always the argmax)
+# The draw's noise shared by the candidates of one kernel path (backends, KV dtype, graph list, any knob
+# of no size), so a path with many fraction, chunk or cap twins near the top is drawn as often as one
+# with a single candidate there, not as many times more often; within a path the best score wins.
+# Measured and off (docs/design.md): the twins' count is itself a useful vote of the model's confidence.
+PATH_DRAW = False
+SIZES = frozenset({"fraction", "chunk", "running"})  # knob roles that are sizes along one kernel path
+PATH_BACKENDS_ONLY = False  # a path is the backend pair alone (the KV dtype and graphs chosen within it)
 # expected improvement of at least this share over the incumbent: a gain within the benchmark's noise
 # (a fraction twin of the incumbent on a flat stretch) is no gain
 IMPROVE_BY = 0.0
@@ -129,10 +142,13 @@ def choose(
         Outcome(index=s.index, failed=s.mechanism, margins=s.margins, explained=s.explained) for s in seen
     ]
     known = any(s.feasible for s in seen)
+    widen = CALIBRATION
+    if left is not None and budget:
+        widen *= math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
     log_p = log_p_feasible(
         features, blocks, outcomes, test, explained_label=EXPLAINED_LABEL,
         prior_strength=PRIOR_LATER if known else 1.0, priors=priors, test_rows=open_rows,
-        memory_fits=memory_fits, slo_met=slo_met,
+        memory_fits=memory_fits, slo_met=slo_met, widen=widen if EXPLORE_FEASIBLE else 1.0,
     )  # fmt: skip
     measured = [s for s in seen if s.log_first is not None]
     waiting = features.take(list(pending)) if pending else None
@@ -145,9 +161,6 @@ def choose(
     mu, sd, best, incumbent, sd_gain = _posterior(features, blocks, around, test, waiting, shift)
     if shift is not None:
         mu = mu + shift[open_rows]
-    widen = CALIBRATION
-    if left is not None and budget:
-        widen *= math.sqrt(1.0 + EXPLORE * max(0, left - 1) / budget)
     sd = sd * widen
     sd_gain = None if sd_gain is None else sd_gain * widen
     front = [(math.exp(s.log_first), s.second) for s in measured
@@ -164,10 +177,39 @@ def choose(
         near = _neighbours(features, blocks, open_rows, incumbent)
         if near.any():
             acq = np.where(near, acq, -np.inf)
+    paths = kernel_paths(features, blocks, open_rows) if PATH_DRAW else np.arange(len(acq))
+    return int(open_rows[seeded_draw(acq, paths, seed=seed, rank=rank)])
+
+
+def seeded_draw(acq: Array, paths: NDArray[np.intp], *, seed: int, rank: int = 0) -> int:
+    """The position in `acq` of the seeded choice: Gumbel-max at TEMPERATURE with one noise draw per
+    path (`paths`: each position's path number), the best score within the drawn path. `rank` k takes
+    the k-th path of the same draw (a trial still choosing beside k earlier ones), then the paths'
+    other candidates once every path has one."""
     rng = np.random.default_rng(seed & 0xFFFFFFFF)
-    noisy = acq + TEMPERATURE * rng.gumbel(size=len(acq)) if TEMPERATURE > 0 else acq
-    order = np.argsort(-noisy, kind="stable")
-    return int(open_rows[int(order[min(rank, len(order) - 1)])])
+    noise = rng.gumbel(size=int(paths.max()) + 1)[paths] if TEMPERATURE > 0 else 0.0
+    order = np.argsort(-(acq + TEMPERATURE * noise), kind="stable")
+    at = np.sort(np.unique(paths[order], return_index=True)[1])
+    firsts = order[at]
+    if rank < len(firsts):
+        return int(firsts[rank])
+    rest = np.delete(order, at)  # then the paths' other candidates, in the draw's order
+    return int(rest[min(rank - len(firsts), len(rest) - 1)]) if len(rest) else int(order[-1])
+
+
+def kernel_paths(features: Features, blocks: Sequence[Block], rows: NDArray[np.intp]) -> NDArray[np.intp]:
+    """Per row of `rows`, the number of its kernel path: rows alike in every categorical knob but the
+    sizes (fraction, prefill chunk, running cap) share one."""
+    cols: list[int] = []
+    for b in blocks:
+        if b.role in SIZES or not b.cat or (PATH_BACKENDS_ONLY and b.role != "backends"):
+            continue
+        cols += list(b.cat)
+    if not cols:
+        return np.zeros(len(rows), dtype=np.intp)
+    _, inverse = np.unique(features.cat[rows][:, cols], axis=0, return_inverse=True)
+    out: NDArray[np.intp] = np.asarray(inverse, dtype=np.intp).reshape(-1)
+    return out
 
 
 def _with_column(
