@@ -87,6 +87,9 @@ SLO_AVERAGE = False  # the SLO margins' models averaged over the knobs' relevanc
 NUMERICS_BY_KV = False  # numerics: each backend feature as an interaction with the KV dtype (numerics_blocks)
 MEMORY_PLANE = True  # memory: a prior from the plane of free memory over the knobs' sizes (memory_trend)
 SUPPORT_PRIOR = True  # support: a prior from the kernels SGLang ships for the GPU (support_prior)
+# the mechanisms whose posterior spread `widen` scales (the budget's exploration): the kernels' support and
+# numbers are sparse facts about backends that one launch settles, while memory follows the sizes smoothly
+WIDENED = frozenset({"support", "numerics"})
 BUILT_P = 0.97  # P(a backend runs) where SGLang ships its kernels for this GPU
 NOT_BUILT_P = 0.2  # ... where it does not (a build may still add it)
 
@@ -178,15 +181,17 @@ def log_p_feasible(
     (per row of `features`; NaN: not known) is P(the peak fits) from the plane of free memory
     (tuner.search.memory_trend), which stands for the out-of-memory model where it is known;
     `slo_met` (per SLO index, per row; NaN: not known) P(that SLO is met) from the same plane, for a
-    free-VRAM floor, which stands for that margin's own model. `widen` scales the mechanisms' posterior
-    sd (the budget policy's exploration: what is uncertain early is worth a launch for what it teaches)."""
+    free-VRAM floor, which stands for that margin's own model. `widen` scales the posterior sd of the
+    WIDENED mechanisms (the budget policy's exploration: what is uncertain early is worth a launch for
+    what it teaches)."""
     out = np.zeros(test.cat.shape[0])
     at = None if test_rows is None else np.asarray(test_rows, dtype=np.int64)
     for mechanism in Mechanism:
         known = (priors or {}).get(mechanism)
         given = (known, at) if known is not None and at is not None else None
+        scale = widen if mechanism.value in WIDENED else 1.0
         got = _log_pass(
-            features, blocks, seen, test, mechanism, explained_label, prior_strength, given, widen
+            features, blocks, seen, test, mechanism, explained_label, prior_strength, given, scale
         )
         if mechanism is Mechanism.MEMORY and memory_fits is not None and at is not None:
             fits = memory_fits[at]
