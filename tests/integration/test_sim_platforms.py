@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tuner import session
-from tuner.config import LaunchSpec, Outcome
+from tuner.config import LaunchSpec, Outcome, TrialConfig
 from tuner.engine import engine_for, probe_for
 from tuner.session import TrialContext
 from tuner.sim.scenario import PLATFORMS
@@ -53,9 +53,13 @@ def _ctx(
     return TrialContext(space=space, engine=engine, probe=probe_for(engine), log_dir=tmp / "logs")
 
 
+def _config(ctx: TrialContext, **params: object) -> TrialConfig:
+    """The space's first baseline, with `params` changed."""
+    return config_from_params(ctx.space, {**dict(ctx.space.baselines[0]), **params})
+
+
 def _trial(ctx: TrialContext, **params: object):  # type: ignore[no-untyped-def]
-    base = dict(ctx.space.baselines[0])
-    return run_trial(config_from_params(ctx.space, {**base, **params}), ctx, label="platform")
+    return run_trial(_config(ctx, **params), ctx, label="platform")
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -79,7 +83,6 @@ def test_a_kernel_with_no_code_for_the_device_is_unsupported(tmp_path: Path, pla
     assert result.outcome is Outcome.UNSUPPORTED, result.failure
 
 
-
 def test_a_port_taken_between_the_pick_and_the_launch_is_picked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,7 +96,7 @@ def test_a_port_taken_between_the_pick_and_the_launch_is_picked_again(
     monkeypatch.setattr(session, "free_port", lambda host="127.0.0.1": next(picks, None) or real_pick(host))
     try:
         ctx = _ctx(tmp_path, "cuda")
-        config = config_from_params(ctx.space, dict(ctx.space.baselines[0]))
+        config = _config(ctx)
         prepared = session.prepare_launch(config, ctx, label="port")
         assert isinstance(prepared, LaunchSpec) and prepared.port == taken
         result = run_trial(config, ctx, label="port", prepared=prepared)

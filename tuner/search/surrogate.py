@@ -189,7 +189,8 @@ def fit_predict(
             mean, var, got = _predict(
                 k_train, k_test, z, share, weights, noise_h, k_all, k_both, k_anchors if i == 0 else None
             )
-            cov = got if i == 0 else cov
+            if i == 0:
+                cov = got
             first += p * mean
             second += p * (var + mean * mean)
         var = np.maximum(second - first * first, 1e-9)
