@@ -78,6 +78,9 @@ def _special_ids(tokenizer_dir: Path) -> dict[str, int]:
     }
 
 
+ATTENTION = "attention_backends"  # the backend knob's param (baselines name it)
+
+
 def space(model: Path, run_dir: Path, *, name: str, baselines: list[dict[str, Any]], trials: int = 1) -> Path:
     """A space file for the model on GPU 0 (triton/torch_native/fa3, graphs, fraction), under run_dir."""
     doc: dict[str, Any] = {
@@ -100,9 +103,9 @@ def space(model: Path, run_dir: Path, *, name: str, baselines: list[dict[str, An
         "params": [
             {"name": "mem-fraction-static", "kind": "float", "low": 0.01, "high": 1.0, "step": 0.005},
             {"name": "cuda_graph", "kind": "cuda_graph", "choices": ["off", 8, 16, 512]},
-            {
-                "name": "attention-backend",
-                "kind": "categorical",
+            {  # one name: that backend for prefill and decode (--attention-backend)
+                "name": ATTENTION,
+                "kind": "attention_backends",
                 "choices": ["triton", "torch_native", "fa3"],
             },
         ],

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_sglang_space import GIB, gpu_used_mib, sglang_pids, space
+from real_sglang_space import ATTENTION, GIB, gpu_used_mib, sglang_pids, space
 
 pytestmark = pytest.mark.gpu
 
@@ -111,7 +111,7 @@ def test_a_low_fraction_is_sglang_s_not_enough_memory(model: Path, tmp_path: Pat
         model,
         tmp_path,
         "nem",
-        {"mem-fraction-static": 0.08, "cuda_graph": "off", "attention-backend": "triton"},
+        {"mem-fraction-static": 0.08, "cuda_graph": "off", ATTENTION: "triton"},
     )
     row = record("not enough memory", result, baseline)
     assert result["outcome"] == "not_enough_memory", result["failure"]
@@ -126,7 +126,7 @@ def test_a_high_fraction_with_large_graphs_is_a_capture_oom(
         model,
         tmp_path,
         "oom",
-        {"mem-fraction-static": 0.995, "cuda_graph": 512, "attention-backend": "triton"},
+        {"mem-fraction-static": 0.995, "cuda_graph": 512, ATTENTION: "triton"},
     )
     row = record("capture OOM", result, baseline)
     assert result["outcome"] == "oom", result["failure"]
@@ -145,7 +145,7 @@ def test_a_backend_whose_kernels_are_not_installed_is_unsupported(
     except ImportError:
         pass
     result = one_trial(
-        model, tmp_path, "fa3", {"mem-fraction-static": 0.85, "cuda_graph": 8, "attention-backend": "fa3"}
+        model, tmp_path, "fa3", {"mem-fraction-static": 0.85, "cuda_graph": 8, ATTENTION: "fa3"}
     )
     row = record("unsupported backend", result, baseline)
     assert result["outcome"] == "unsupported", result["failure"]
@@ -162,8 +162,8 @@ def test_kill_9_of_the_tuner_mid_trial_then_resume(model: Path, tmp_path: Path, 
         name="resume",
         trials=2,
         baselines=[
-            {"mem-fraction-static": 0.85, "cuda_graph": 8, "attention-backend": "torch_native"},
-            {"mem-fraction-static": 0.85, "cuda_graph": 8, "attention-backend": "triton"},
+            {"mem-fraction-static": 0.85, "cuda_graph": 8, ATTENTION: "torch_native"},
+            {"mem-fraction-static": 0.85, "cuda_graph": 8, ATTENTION: "triton"},
         ],
     )
     db = tmp_path / "study.db"
@@ -185,7 +185,7 @@ def test_kill_9_of_the_tuner_mid_trial_then_resume(model: Path, tmp_path: Path, 
     assert "left by a killed run" in output, output[-3000:]
     used_after, _ = gpu_used_mib()
     back = used_after <= baseline + BACK_MIB and not sglang_pids()
-    trials = _trials(db)
+    trials = _trials(db, path)
     for t in trials:
         row = record(
             f"resume #{t['number']}",
@@ -207,13 +207,13 @@ def test_kill_9_of_the_tuner_mid_trial_then_resume(model: Path, tmp_path: Path, 
     native = [
         t
         for t in trials
-        if t["params"].get("attention-backend") == "torch_native" and t["attrs"].get("outcome") == "ok"
+        if _backend(t) == "torch_native" and t["attrs"].get("outcome") == "ok"
     ]
     for t in native:
         assert t["attrs"].get("effective_graphs") is False, t["attrs"]
         assert "SGLang ran off" in (t["attrs"].get("warning") or "")
     for t in measured:
-        if t["params"].get("attention-backend") == "triton":
+        if _backend(t) == "triton":
             assert t["attrs"].get("kv_tokens"), t["attrs"]
 
 
@@ -229,15 +229,31 @@ def _wait_for_weights(run_dir: Path, baseline: int, proc: subprocess.Popen[bytes
     raise AssertionError(f"no server of {run_dir} held the weights within {timeout_s:.0f} s")
 
 
-def _trials(db: Path) -> list[dict[str, Any]]:
+def _backend(trial: dict[str, Any]) -> str:
+    """The attention backend of a trial (its pair's prefill member: the space's choices are one name)."""
+    return str(trial["params"].get(ATTENTION) or "").split("/")[0]
+
+
+def _trials(db: Path, searchedpath: Path) -> list[dict[str, Any]]:
+    """The study's trials, params in the space's naming (a backend pair joined)."""
     import optuna
+
+    from tuner.space.loader import load_space
+    from tuner.space.sampling import joined_params
+
+    searched = load_space(searchedpath)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = f"sqlite:///{db}"
     (summary,) = optuna.get_all_study_summaries(storage)
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     return [
-        {"number": t.number, "state": t.state.name, "params": t.params, "attrs": t.user_attrs}
+        {
+            "number": t.number,
+            "state": t.state.name,
+            "params": joined_params(searched, t.params),
+            "attrs": t.user_attrs,
+        }
         for t in study.trials
     ]
 
@@ -252,7 +268,7 @@ def _as_result(trial: dict[str, Any]) -> dict[str, Any]:
         "config": {
             "mem_fraction_static": p.get("mem-fraction-static"),
             "cuda_graph": {"enabled": graph != "off", "max_bs": graph.removeprefix("max:")},
-            "flags": [["attention-backend", p.get("attention-backend")]],
+            "flags": [["attention-backend", _backend(trial)]],
         },
         "min_free_mib": [a.get("min_free_vram_mib")],
         "warnings": [a["warning"]] if a.get("warning") else [],
