@@ -125,3 +125,39 @@ def test_candidates_feature_each_role_and_the_pair(tmp_path: Path) -> None:
 def test_set_override_takes_one_backend(tmp_path: Path) -> None:
     s = space(tmp_path, "fa3, triton")
     assert parse_set_overrides(s, ["attention_backends=triton"]) == {"attention_backends": "triton/triton"}
+
+
+PLAIN = """\
+name: t
+sglang_version: "0.5.17"
+fixed_flags:
+  model-path: /m
+params:
+  - name: attention-backend
+    kind: categorical
+    choices: [triton, {last}]
+baselines:
+  - {{attention-backend: triton}}
+"""  # the choices are on line 8
+
+
+def test_a_plain_param_on_attention_backend_is_the_pair_of_one_backend(tmp_path: Path) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(PLAIN.format(last="torch_native"))
+    s = load_space(path)
+    (param,) = s.params
+    assert param.knob == "attention_backends"
+    assert param.choices == ("triton/triton", "torch_native/torch_native")
+    assert s.baselines == ({"attention-backend": "triton/triton"},)
+    argv = render_flags(config_from_params(s, dict(s.baselines[0])), builtin_table("0.5.17"), port=30000)
+    assert argv[argv.index("--attention-backend") + 1] == "triton"
+    assert "--prefill-attention-backend" not in argv and "--decode-attention-backend" not in argv
+    assert len(candidates(s).params) == 2
+
+
+def test_a_plain_param_on_attention_backend_is_checked_against_the_release(tmp_path: Path) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(PLAIN.format(last="fa9"))
+    refused = r"'fa9' is not an attention backend of SGLang 0.5.17.*space.yaml:8"
+    with pytest.raises(ConfigError, match=refused):
+        load_space(path)

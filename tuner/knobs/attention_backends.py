@@ -1,9 +1,11 @@
 """The attention backend pair of any model: which backend runs prefill and which runs decode.
 
 A space searches it as `kind: attention_backends` with choices "prefill/decode" (or one name for
-both): `[fa3/fa3, flashinfer/flashinfer, fa3/flashinfer, triton]`. SGLang's fastest backend depends
-on the GPU, the model and the phase (and, for decode, on the batch), so the pair is searched as
-one knob whose members the surrogate and the failure rules also see apart.
+both): `[fa3/fa3, flashinfer/flashinfer, fa3/flashinfer, triton]`. A plain categorical param on
+`--attention-backend` (`[triton, fa3]`) is read as this knob, each choice one backend for both.
+SGLang's fastest backend depends on the GPU, the model and the phase (and, for decode, on the
+batch), so the pair is searched as one knob whose members the surrogate and the failure rules
+also see apart.
 
 Flags: a pair of one backend is `--attention-backend X` (SGLang runs both phases on it); a mixed
 pair is `--prefill-attention-backend P --decode-attention-backend D` (a hybrid backend). Every

@@ -9,7 +9,7 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from tuner.knobs.registry import knob_flagged, knob_kinds, knob_of
+from tuner.knobs.registry import knob_flagged, knob_kinds, knob_of, knob_owning
 from tuner.secrets import is_secret_flag, is_secret_name, redact_shapes
 from tuner.sglang.knobs import (
     FlagContext,
@@ -119,6 +119,9 @@ def _parse_param(
         flagged = knob_flagged(flag)
         if flagged is not None:  # a knob a plain param selects by its flag, read as the kind written
             knob, target = flagged.kind, Target.KNOB
+        elif kind is ParamKind.CATEGORICAL and (pair := _pair_of_one(flag)) is not None:
+            # `--attention-backend X` runs both phases on X: the pair knob's one-name choice.
+            knob, target, kind, flag = pair, Target.KNOB, ParamKind.BACKEND_PAIR, None
     source = sec.src.where(sec.node)
     when = _parse_when(sec, earlier)
     if kind in (ParamKind.FLOAT, ParamKind.INT):
@@ -146,6 +149,15 @@ def _parse_param(
         param = _with_choices(sec, param)
     check_target(sec, param, ctx)
     return param
+
+
+def _pair_of_one(flag: str) -> str | None:
+    """The kind of the pair knob whose one flag for both members is `flag`, if any."""
+    dest = flag.replace("-", "_")
+    knob = knob_owning(dest)
+    if knob is None or knob.shape != "pair" or knob.dests.get("both") != (dest,):
+        return None
+    return knob.kind
 
 
 def _parse_range(sec: Section, kind: ParamKind) -> tuple[Any, Any, Any, bool]:
