@@ -198,6 +198,25 @@ def test_an_unsupported_launch_that_came_up_proves_neither_half_runs() -> None:
     assert any(r.kind is RuleKind.PAIR_UNSUPPORTED and r.pair == ("fa3", "fa3") for r in rules)
 
 
+def test_a_blame_another_launch_disproves_falls_back_to_the_failing_pair() -> None:
+    # blamed on fa3 as prefill (trtllm decodes fine), but fa3 prefilled an earlier launch that came up
+    came_up = ev(0, config(pair=("fa3", "fa3")), Outcome.UNSUPPORTED, stage="serving")
+    decodes = ev(1, config(pair=("trtllm", "trtllm")), Outcome.OK)
+    fails = ev(2, config(pair=("fa3", "trtllm")), Outcome.UNSUPPORTED, stage="capture")
+    rules = derive_rules([came_up, decodes, fails])
+    assert covered(rules, config(f=0.7, pair=("fa3", "trtllm")))  # the pair its log names, at any fraction
+    assert not covered(rules, config(pair=("fa3", "flashmla_kv")))
+    # blamed on flashmla_kv as decode (fa3 prefills fine); a later launch decodes with it: the pair stays
+    fails = ev(0, config(pair=("fa3", "flashmla_kv")), Outcome.UNSUPPORTED)
+    prefills = ev(1, config(pair=("fa3", "fa3")), Outcome.OK)
+    (blamed,) = derive_rules([fails, prefills])
+    assert blamed.kind is RuleKind.BACKEND and blamed.backend == "flashmla_kv"
+    later = ev(2, config(pair=("trtllm", "flashmla_kv")), Outcome.OK)
+    (rule,) = derive_rules([fails, prefills, later])
+    assert rule.kind is RuleKind.PAIR_UNSUPPORTED and rule.pair == ("fa3", "flashmla_kv")
+    assert covered((rule,), config(f=0.9, pair=("fa3", "flashmla_kv")))
+
+
 def test_without_evidence_about_either_half_the_rule_stays_on_the_pair() -> None:
     (rule,) = derive_rules([ev(0, config(pair=("a", "b")), Outcome.UNSUPPORTED)])
     assert rule.kind is RuleKind.PAIR_UNSUPPORTED

@@ -330,27 +330,33 @@ def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
     An unsupported pair whose log names no backend is blamed on one backend when the launches say
     which: both halves are the same backend, or the other half is proven to run in its role.
     """
-    standing: list[tuple[Rule, Evidence]] = []  # each rule with the failure that made it
+    # each rule with the failure that made it and the rule as the failure made it (before any blame):
+    # a blame on one backend that a later launch contradicts falls back to the failure's own scope,
+    # for the launch proves at least what its log names
+    standing: list[tuple[Rule, Evidence, Rule]] = []
     earlier: list[Evidence] = []
     ordered = sorted(evidence, key=lambda e: e.trial)
     for ev in ordered:
-        if any(contradicts(rule, ev) for rule, _ in standing):
-            kept: list[tuple[Rule, Evidence]] = []
-            for rule, failure in standing:
-                narrow = _fitted(rule, failure, [*earlier, ev]) if contradicts(rule, ev) else rule
+        if any(contradicts(rule, ev) for rule, _, _ in standing):
+            kept: list[tuple[Rule, Evidence, Rule]] = []
+            for rule, failure, made_as in standing:
+                narrow: Rule | None = rule
+                if contradicts(rule, ev):
+                    seen = [*earlier, ev]
+                    narrow = _fitted(rule, failure, seen) or _fitted(made_as, failure, seen)
                 if narrow is not None:
-                    kept.append((narrow, failure))
+                    kept.append((narrow, failure, made_as))
             standing = kept
         made = rules_from(ev)
         if made:
-            scopes = {_scope(r) for r, _ in standing}
+            scopes = {_scope(r) for r, _, _ in standing}
             for rule in made:
-                fitted = _fitted(_blame_one(rule, ev, ordered), ev, earlier)
+                fitted = _fitted(_blame_one(rule, ev, ordered), ev, earlier) or _fitted(rule, ev, earlier)
                 if fitted is not None and _scope(fitted) not in scopes:
-                    standing.append((fitted, ev))
+                    standing.append((fitted, ev, rule))
                     scopes.add(_scope(fitted))
         earlier.append(ev)
-    return tuple(r for r, _ in standing)
+    return tuple(r for r, _, _ in standing)
 
 
 def _blame_one(rule: Rule, ev: Evidence, evidence: Sequence[Evidence]) -> Rule:
