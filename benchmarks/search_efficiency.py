@@ -159,7 +159,7 @@ def _tweak(settings: Sequence[tuple[str, str]]) -> list[tuple[object, str, objec
     undo = []
     for target, value in settings:
         module, name = target.rsplit(".", 1)
-        mod = importlib.import_module(f"tuner.search.{module}")
+        mod = importlib.import_module(f"tuner.{module}" if "." in module else f"tuner.search.{module}")
         old = getattr(mod, name)
         undo.append((mod, name, old))
         setattr(mod, name, _value_like(old, value))
@@ -486,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="MODULE.NAME=VALUE",
-        help="set a constant of tuner.search.MODULE for this run (tuning on the training seeds)",
+        help="set a constant of tuner.search.MODULE (or tuner.PACKAGE.MODULE) for this run (training seeds)",
     )
     parser.add_argument(
         "--variant",

@@ -31,8 +31,8 @@ from tuner.space.sampling import joined_params  # noqa: E402
 WATCH: dict[str, list[int]] = {}  # "rows": the candidate rows of the true best configurations
 
 
-def watched_choose(*args: object, **kwargs: object) -> int | None:
-    """strategy.choose, printing the chosen row's scores beside the best configurations' scores."""
+def watched_decide(*args: object, **kwargs: object) -> strategy.Choice | None:
+    """strategy.decide, printing the chosen row's scores beside the best configurations' scores."""
     got: dict[str, np.ndarray] = {}
     real_scores = acquire.log_scores
 
@@ -43,13 +43,14 @@ def watched_choose(*args: object, **kwargs: object) -> int | None:
 
     strategy.log_scores = spy  # type: ignore[assignment]
     try:
-        pick = _real_choose(*args, **kwargs)  # type: ignore[arg-type]
+        choice = _real_decide(*args, **kwargs)  # type: ignore[arg-type]
     finally:
         strategy.log_scores = real_scores
     allowed = np.asarray(args[3], dtype=bool)
     rows = list(np.flatnonzero(allowed))
-    if pick is None or not got:
-        return pick
+    if choice is None or not got:
+        return choice
+    pick = choice.index
     order = np.argsort(-got["acq"])
 
     def line(tag: str, row: int) -> str:
@@ -63,10 +64,10 @@ def watched_choose(*args: object, **kwargs: object) -> int | None:
     print(line("chosen", pick))
     for row in WATCH.get("rows", [])[:2]:
         print(line("best", row))
-    return pick
+    return choice
 
 
-_real_choose = strategy.choose
+_real_decide = strategy.decide
 
 
 def describe(config: TrialConfig) -> str:
@@ -110,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     index = found.index()
     WATCH["rows"] = [index[params_key(joined_params(w.space, p))] for p, _ in ranked[: args.top]
                      if params_key(joined_params(w.space, p)) in index]  # fmt: skip
-    sampler.choose = watched_choose  # type: ignore[assignment]
+    sampler.decide = watched_decide  # type: ignore[assignment]
     run = run_tuner(w, args.seed, args.budget)
     for i, step in enumerate(run.steps, 1):
         measured = "" if step.measured is None else f"  measured {step.measured:,.1f}"

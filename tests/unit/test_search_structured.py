@@ -16,7 +16,7 @@ from tuner.search.acquire import ehvi, expected_excess, hypervolume, norm_cdf, s
 from tuner.search.candidates import Block, candidates, params_key
 from tuner.search.evidence import Evidence, knobs_of
 from tuner.search.policy import Policy, build_policy
-from tuner.search.sampler import StructuredSampler, _kv_cover
+from tuner.search.sampler import OUTLOOK_ATTR, StructuredSampler, _kv_cover
 from tuner.search.strategy import (
     Seen,
     _neighbours,
@@ -29,6 +29,7 @@ from tuner.search.strategy import (
 from tuner.search.surrogate import Features, combine, fit_predict, knob_kernels
 from tuner.space.loader import SearchSpace, load_space, suggest
 from tuner.space.sampling import joined_params, sampler_params
+from tuner.study.finalist_jobs import latest_outlook
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -235,6 +236,26 @@ def test_the_sampler_moves_towards_what_measured_well() -> None:
         assert (p["mem-fraction-static"], p["sparse_backends"]) not in tried or p["cuda_graph"] != "off"
 
 
+def test_each_ask_after_a_measured_launch_records_what_exploring_is_worth() -> None:
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    study.sampler = StructuredSampler(space, seed=1)
+    _ask(study, space)
+    assert latest_outlook(study) is None  # nothing measured: no incumbent to improve on
+    for fraction, pair, value in ((0.8, "fa3/fa3", 900.0), (0.86, "tilelang/tilelang", 700.0)):
+        study.enqueue_trial(sampler_params(space, {"mem-fraction-static": fraction, "cuda_graph": "off",
+                                                   "sparse_backends": pair}))  # fmt: skip
+        trial = study.ask()
+        suggest(space, trial)
+        trial.set_user_attr("feasible", True)
+        study.tell(trial, [value, 1e5])
+    _ask(study, space)
+    outlook = latest_outlook(study)
+    assert outlook is not None and 0 < outlook.gain < 10 and 0 < outlook.noise < 1
+    assert study.get_trials()[-1].system_attrs[OUTLOOK_ATTR]["gain"] == outlook.gain
+
+
 def test_a_trial_asked_while_an_earlier_one_is_still_choosing_takes_another_candidate() -> None:
     space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -263,11 +284,11 @@ def test_a_capacity_column_lets_the_model_see_a_cliff_the_knobs_place_apart() ->
     rows = random.Random(5).sample(range(len(GRID)), 16)
     seen = [Seen(index=i, log_first=float(y[i]), second=None, feasible=True) for i in rows]
     every = list(range(len(GRID)))
-    plain, _, _, _, _ = _posterior(FEATURES, BLOCKS, seen, FEATURES, None)
+    plain, *_ = _posterior(FEATURES, BLOCKS, seen, FEATURES, None)
     features, blocks, test, waiting = _with_column(FEATURES, BLOCKS, cover, every, [])
     assert len(blocks) == len(BLOCKS) + 1 and features.num.shape[1] == FEATURES.num.shape[1] + 1
     assert waiting is None and np.array_equal(test.num[:, -1], cover)
-    wider, _, _, _, _ = _posterior(features, blocks, seen, test, None)
+    wider, *_ = _posterior(features, blocks, seen, test, None)
     assert np.sqrt(np.mean((wider - y) ** 2)) < 0.7 * np.sqrt(np.mean((plain - y) ** 2))
 
 

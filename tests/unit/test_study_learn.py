@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import optuna
@@ -122,6 +123,34 @@ def test_finalists_are_only_contested_candidates_and_no_fraction_twins() -> None
                                    margin=0.1) is None  # fmt: skip
     assert finalists.reserve_state(trials, dirs, count=3, repeats=2, left=4, twin_params=fraction,
                                    margin=0.1) == {"1": 0, "2": 0}  # fmt: skip
+
+
+def test_a_repeats_knowledge_gradient_grows_with_the_noise_and_falls_with_the_gap() -> None:
+    def kg(firsts: list[float], noise: float, repeated: int = 2, direction: str = "maximize") -> float:
+        return finalists.repeat_gain(firsts, direction, repeated=repeated, repeats=1, noise=noise)
+
+    # two equal measurements, one repeat each: the difference's mean moves with sd = noise, gain noise·phi(0)
+    assert abs(kg([100.0, 100.0], 0.02) - 0.02 / (2 * math.pi) ** 0.5) < 1e-12
+    assert kg([100.0, 99.0], 0.02) < kg([100.0, 100.0], 0.02) < kg([100.0, 100.0], 0.04)
+    assert kg([100.0, 90.0], 0.02) < 1e-3 * kg([100.0, 99.0], 0.02)  # a 10% gap: noise of 2% cannot close it
+    assert kg([100.0, 99.0], 0.02, repeated=1) < kg([100.0, 99.0], 0.02)  # only the best re-measured
+    assert kg([100.0, 99.0], 0.02, repeated=0) == 0.0 and kg([100.0], 0.02) == 0.0
+    # a latency: the lower is the best, the gap read the same way
+    assert abs(kg([10.0, 10.1], 0.02, direction="minimize") - kg([10.1, 10.0], 0.02)) < 1e-12
+
+
+def test_the_reserve_is_claimed_only_when_the_repeats_are_worth_more_than_exploring() -> None:
+    trials = [_at(0, 100.0, 0.8, "max:8"), _at(1, 99.5, 0.8, "max:16"), _at(2, 99.0, 0.8, "off")]
+    for n, t in enumerate(trials):
+        t.number = n
+    dirs = ("maximize", "maximize")
+    kw = {"count": 3, "repeats": 1, "left": 3, "margin": 0.05}
+    kg = finalists.repeat_gain([100.0, 99.5, 99.0], "maximize", repeated=3, repeats=1, noise=0.02)
+    promising = finalists.Outlook(gain=2 * kg / 3, noise=0.02)  # three launches exploring: 2x the repeats
+    spent = finalists.Outlook(gain=kg / 6, noise=0.02)
+    assert finalists.reserve_state(trials, dirs, **kw, outlook=promising) is None
+    assert finalists.reserve_state(trials, dirs, **kw, outlook=spent) == {"0": 0, "1": 0, "2": 0}
+    assert finalists.reserve_state(trials, dirs, **kw) == {"0": 0, "1": 0, "2": 0}  # another sampler
 
 
 def test_per_role_sampling_round_trips_through_optuna() -> None:

@@ -37,7 +37,7 @@ from tuner.search.evidence import knobs_of
 from tuner.search.feasible import Mechanism, mechanism_of
 from tuner.search.plane import finite_number, fitted_plane, vram_floors
 from tuner.search.policy import Policy
-from tuner.search.strategy import Seen, choose
+from tuner.search.strategy import Seen, decide
 from tuner.search.surrogate import Features
 from tuner.search.told import concluded, measured_values
 from tuner.sglang.backend_support import built_for, sm_major
@@ -55,6 +55,9 @@ RELATIVE_MARGINS = False  # SLO margins as log ratios to their bounds (relative_
 RUNNING_PRIOR = 0.0
 # first objectives that grow with the decode batch (per-user throughput and latencies do not)
 THROUGHPUTS = ("output_throughput", "total_throughput", "request_throughput", "output_throughput_per_gpu")
+# trial system attr: {"gain": the best open candidate's expected gain as a share of the incumbent, "noise":
+# the objective model's noise sd, log units} at the ask (tuner.study.finalists weighs a repeat against it)
+OUTLOOK_ATTR = "tuner:outlook"
 NOT_LAUNCHED = ("pruned", "forbidden", "duplicate_running")  # user attrs of trials that launched nothing
 _CACHE: dict[int, tuple[Any, Candidates, Features]] = {}  # id(space) -> (space, candidates, features)
 
@@ -177,7 +180,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         seed = (self._seed or 0) * 1_000_003 + trial.number - choosing
         plane = fitted_plane(found, trials, seen, self._space)
         left = None if self._budget is None else max(1, self._budget - launches)
-        pick = choose(
+        pick = decide(
             features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing,
             left=left, budget=self._budget, pending=pending, capacity=capacity, priors=priors,
             memory_fits=None if plane is None else plane.p_above(0.0), slo_met=vram_floors(plane, trials),
@@ -185,7 +188,10 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         )  # fmt: skip
         if pick is None:
             return {}
-        return sampler_params(self._space, found.params[pick])
+        if pick.gain is not None:  # what exploring is worth now: the finalists' reserve weighs it
+            outlook = {"gain": pick.gain, "noise": pick.noise}
+            study._storage.set_trial_system_attr(trial._trial_id, OUTLOOK_ATTR, outlook)
+        return sampler_params(self._space, found.params[pick.index])
 
 
 def _running_offset(

@@ -1,6 +1,6 @@
 """The structured search's decision, as a pure function: what has been seen -> the next candidate.
 
-    choose(features, blocks, seen, allowed, second, seed, left, budget, pending) -> candidate index
+    decide(features, blocks, seen, allowed, second, seed, left, budget, pending) -> Choice
 
 `seen` holds every launched configuration: its measured objective values (first: modelled in log
 space, higher is better -- a throughput, or 1 / a latency; second: the same for the second
@@ -103,7 +103,25 @@ class Seen:
         return None if self.feasible else Mechanism.OTHER
 
 
-def choose(
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Choice:
+    """The candidate chosen and what the model expects of exploring now."""
+
+    index: int
+    # the best open candidate's expected gain over the incumbent, as a share of it (EI x P(feasible), the
+    # acquisition's own value); None until a feasible launch was measured
+    gain: float | None = None
+    noise: float | None = None  # the objective model's measurement noise sd, log units (a relative sd)
+
+
+def choose(features: Features, blocks: Sequence[Block], seen: Sequence[Seen], allowed: Sequence[bool],
+           **kw: object) -> int | None:  # fmt: skip
+    """The index of the next candidate to launch (decide's), or None when none is allowed."""
+    got = decide(features, blocks, seen, allowed, **kw)  # type: ignore[arg-type]
+    return None if got is None else got.index
+
+
+def decide(
     features: Features,
     blocks: Sequence[Block],
     seen: Sequence[Seen],
@@ -120,8 +138,8 @@ def choose(
     memory_fits: Array | None = None,
     offset: Array | None = None,
     slo_met: Mapping[int, Array] | None = None,
-) -> int | None:
-    """The index of the next candidate to launch, or None when none is allowed.
+) -> Choice | None:
+    """The next candidate to launch (its index), or None when none is allowed.
 
     `second`: the second objective predicted per candidate (None: modelled from `seen` when the
     launches measured one). `rank` k > 0 takes the k-th best draw: k trials asked before this one
@@ -158,7 +176,7 @@ def choose(
     around = measured
     if shift is not None:  # the model learns the rest around the prior mean
         around = [replace(s, log_first=(s.log_first or 0.0) - float(shift[s.index])) for s in measured]
-    mu, sd, best, incumbent, sd_gain = _posterior(features, blocks, around, test, waiting, shift)
+    mu, sd, best, incumbent, sd_gain, noise = _posterior(features, blocks, around, test, waiting, shift)
     if shift is not None:
         mu = mu + shift[open_rows]
     sd = sd * widen
@@ -172,13 +190,15 @@ def choose(
         mu, sd, log_p, best=best, second=predicted, front=front, hv_weight=HV_WEIGHT, improve_by=IMPROVE_BY,
         sd_gain=sd_gain,
     )  # fmt: skip
+    gain = float(np.exp(np.max(acq))) if best is not None and len(acq) else None
     late = left is not None and budget and left <= LOCAL_LATE * budget
     if late and incumbent is not None:
         near = _neighbours(features, blocks, open_rows, incumbent)
         if near.any():
             acq = np.where(near, acq, -np.inf)
     paths = kernel_paths(features, blocks, open_rows) if PATH_DRAW else np.arange(len(acq))
-    return int(open_rows[seeded_draw(acq, paths, seed=seed, rank=rank)])
+    index = int(open_rows[seeded_draw(acq, paths, seed=seed, rank=rank)])
+    return Choice(index=index, gain=gain, noise=noise)
 
 
 def seeded_draw(acq: Array, paths: NDArray[np.intp], *, seed: int, rank: int = 0) -> int:
@@ -234,15 +254,15 @@ def _posterior(
     test: Features,
     waiting: Features | None,
     shift: Array | None = None,
-) -> tuple[Array, Array, float | None, int | None, Array | None]:
+) -> tuple[Array, Array, float | None, int | None, Array | None, float | None]:
     """The first objective's log posterior (mean, sd) over the open candidates, the incumbent by the
-    model's mean (None until a feasible launch was measured) with its row, and (CORRELATED) the sd of
-    each candidate's difference to the incumbent. With nothing measured: a flat prior, kept away from
-    what is already running."""
+    model's mean (None until a feasible launch was measured) with its row, (CORRELATED) the sd of
+    each candidate's difference to the incumbent, and the fitted measurement noise sd. With nothing
+    measured: a flat prior, kept away from what is already running."""
     n = len(test.cat)
     if not measured:
         sd = _spread_near(features, blocks, test, waiting) if waiting is not None else np.ones(n)
-        return np.zeros(n), sd, None, None, None
+        return np.zeros(n), sd, None, None, None, None
     y = np.asarray([s.log_first for s in measured], dtype=np.float64)
     spread = max(float(np.std(y)), MIN_SPREAD)
     good = [s.index for s in measured if s.feasible]
@@ -262,16 +282,17 @@ def _posterior(
         average=AVERAGE,
         anchors=features.take(good) if CORRELATED and good else None,
     )
+    noise = spread * math.sqrt(post.noise)
     # the incumbent by the model's mean, not the luckiest noisy measurement
     if not good:
-        return post.mean[:n], post.sd[:n], None, None, None
+        return post.mean[:n], post.sd[:n], None, None, None, noise
     at_good = post.mean[n:] + (shift[good] if shift is not None else 0.0)
     top = int(np.argmax(at_good))
     sd_gain = None
     if post.anchor_cov is not None:
         var = post.sd[:n] ** 2 + post.sd[n + top] ** 2 - 2.0 * post.anchor_cov[:n, top]
         sd_gain = np.sqrt(np.maximum(var, 1e-12))
-    return post.mean[:n], post.sd[:n], math.exp(float(at_good[top])), good[top], sd_gain
+    return post.mean[:n], post.sd[:n], math.exp(float(at_good[top])), good[top], sd_gain, noise
 
 
 def _neighbours(

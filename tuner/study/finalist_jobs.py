@@ -8,6 +8,7 @@ import logging
 import optuna
 
 from tuner.knobs.registry import knob_role
+from tuner.search.sampler import OUTLOOK_ATTR
 from tuner.space.loader import SearchSpace
 from tuner.study import finalists
 from tuner.study.storage import WorkerLock, ask_lock
@@ -28,6 +29,7 @@ def next_finalist_job(
             count=finalists.affordable(spec.count, spec.repeats, budget), repeats=spec.repeats,
             left=budget - done - running, margin=spec.margin,
             twin_params=[p.name for p in space.params if knob_role(p.knob) == "fraction"],
+            outlook=latest_outlook(study),
         )  # fmt: skip
         if state is None:
             return None
@@ -39,6 +41,15 @@ def next_finalist_job(
     job, state = found
     study.set_user_attr(finalists.STATE_ATTR, state)
     return job
+
+
+def latest_outlook(study: optuna.Study) -> finalists.Outlook | None:
+    """What the structured sampler expected of exploring at its latest ask (None: another sampler)."""
+    for t in reversed(study.get_trials(deepcopy=False)):
+        got = t.system_attrs.get(OUTLOOK_ATTR)
+        if isinstance(got, dict) and got.get("noise") is not None:
+            return finalists.Outlook(gain=float(got["gain"]), noise=float(got["noise"]))
+    return None
 
 
 def unclaim(study: optuna.Study, lock: WorkerLock, number: int) -> None:

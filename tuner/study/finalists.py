@@ -12,10 +12,20 @@ that gap), and a "fraction twin" of a better candidate (the same configuration a
 fraction, which sets KV capacity, not speed, where the run is not KV-bound) is not a second
 finalist. With fewer than two contested candidates nothing is re-measured; the reserve is what the
 picks need, decided as late as the budget allows, and what they do not need goes on exploring.
+
+A repeat is also weighed against exploring (`Outlook`, the structured sampler's last ask): the
+repeats' knowledge gradient -- how much one more measurement of each pick raises the expected true
+value of the configuration picked, given the measurement noise and the picks' gaps -- against the
+expected improvement of as many exploring launches. Early in a short budget the search has
+seldom reached the best region and an exploring launch is worth more than guarding a 1% misranking;
+late in a long one the open candidates promise little and the repeats win. The decision is taken
+again at every launch of the reserve's window, so a reserve not claimed now may be claimed smaller.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +35,10 @@ from tuner.front import ranked
 from tuner.search.told import concluded
 from tuner.study.learn import launched
 
+log = logging.getLogger(__name__)
+
 STATE_ATTR = "finalists"  # study user attr: {trial number: repeats claimed}
+WEIGH_EXPLORING = True  # the repeats' knowledge gradient against the sampler's outlook (False: always repeat)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,6 +88,43 @@ def pick_finalists(
     return picks[:count] if margin is None or len(picks) >= 2 else []
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outlook:
+    """What the search expects of one more exploring launch (the sampler's latest ask)."""
+
+    gain: float  # the best open candidate's expected improvement, as a share of the incumbent
+    noise: float  # the objective's measurement noise sd in log units (a relative sd)
+
+
+def repeat_gain(
+    firsts: Sequence[float], direction: str, *, repeated: int, repeats: int, noise: float
+) -> float:
+    """The knowledge gradient of re-measuring the first `repeated` picks `repeats` times each: the
+    expected rise, as a share, of the true first objective of the configuration picked afterwards.
+
+    `firsts`: each pick's one measurement of the first objective. Per pick j beside the measured best
+    a, the log difference's posterior sd falls from noise·sqrt(2) to noise·sqrt(1/n_a + 1/n_j); the
+    change of its mean has sd s = the square root of the variances' difference, and the gain of
+    reordering is s·(phi(d/s) - (d/s)·Phi(-d/s)) for the measured gap d (summed over the pairs).
+    """
+    if noise <= 0 or len(firsts) < 2 or any(v <= 0 for v in firsts):
+        return 0.0
+    logs = [math.log(v) if direction == "maximize" else -math.log(v) for v in firsts]
+    best = max(range(len(logs)), key=logs.__getitem__)
+    more = [repeats if i < repeated else 0 for i in range(len(logs))]
+    total = 0.0
+    for j, log_j in enumerate(logs):
+        if j == best:
+            continue
+        after = 1.0 / (1 + more[best]) + 1.0 / (1 + more[j])
+        s = noise * math.sqrt(max(2.0 - after, 0.0))
+        if s <= 0:
+            continue
+        z = (logs[best] - log_j) / s
+        total += s * (math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) - z * 0.5 * math.erfc(z / math.sqrt(2)))
+    return total
+
+
 def reserve_state(
     trials: Sequence[FrozenTrial],
     directions: Sequence[str],
@@ -84,15 +134,29 @@ def reserve_state(
     left: int,
     twin_params: Collection[str] = (),
     margin: float | None = None,
+    outlook: Outlook | None = None,
 ) -> dict[str, int] | None:
     """The finalists' state to claim now, with `left` launches of the budget left (none running),
-    or None while the budget still has room to explore before the picks' repeats."""
+    or None while the budget still has room to explore before the picks' repeats, or while (with
+    an `outlook`) exploring those launches is worth more than the repeats' knowledge gradient."""
     if count <= 0 or repeats <= 0:
         return None
     picks = pick_finalists(trials, directions, count, twin_params=twin_params, margin=margin)
     if not picks or left > len(picks) * repeats:
         return None
-    return {str(n): 0 for n in picks[: max(1, left // repeats)]}
+    chosen = picks[: max(1, left // repeats)]
+    if outlook is not None and WEIGH_EXPLORING:
+        by_number = {t.number: t for t in trials}
+        firsts = [float((by_number[n].values or [0.0])[0]) for n in picks]
+        kg = repeat_gain(firsts, directions[0], repeated=len(chosen), repeats=repeats, noise=outlook.noise)
+        explore = outlook.gain * len(chosen) * repeats
+        if kg < explore:
+            log.info(
+                "finalists not re-measured yet (%d launches left): the repeats would gain %.2f%% of the "
+                "pick, exploring %.2f%%", left, 100 * kg, 100 * explore,
+            )  # fmt: skip
+            return None
+    return {str(n): 0 for n in chosen}
 
 
 def next_job(
