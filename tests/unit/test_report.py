@@ -14,7 +14,7 @@ from support.reports import frozen, make_row, study_data
 from tuner.config import Outcome
 from tuner.errors import ReportError
 from tuner.report.detail import failures_by_class, failures_frame, param_importances, with_latencies
-from tuner.report.frame import compact_params, measurements, trials_frame
+from tuner.report.frame import compact_params, measurements, param_legend, trials_frame
 from tuner.report.pareto import front_frame, non_dominated, pareto_front
 
 
@@ -145,4 +145,11 @@ def test_compact_params_shortens_names_and_batch_lists() -> None:
     assert compact_params(params) == "mem=0.9 cuda=bs:1..32(6) chunked=-"
     assert compact_params({"dsa-prefill": "a", "dsa-decode": "b"}) == "dsa-prefill=a dsa-decode=b"
     pair = {"sparse_backends.prefill": "trtllm", "sparse_backends.decode": "fa3", "chunked-prefill-size": 1}
-    assert compact_params(pair) == "prefill=trtllm decode=fa3 chunked=1"  # the part that tells them apart
+    assert compact_params(pair) == "sparse=trtllm/fa3 chunked=1"  # a pair sampled per role: one value
+    per_role = {"attention-backend.prefill": "triton", "attention-backend.decode.triton": "triton",
+                "attention-backend.decode.fa3": None, "cuda_graph": "off"}  # fmt: skip
+    assert compact_params(per_role) == "attention=triton cuda=off"  # one backend in both roles
+    mixed = {"attention_backends.prefill": "fa3", "attention_backends.decode.fa3": "flashinfer"}
+    assert compact_params(mixed) == "attention=fa3/flashinfer"
+    names = ["mem-fraction-static", "attention-backend.prefill", "attention-backend.decode.triton"]
+    assert param_legend(names) == "mem = mem-fraction-static, attention = attention-backend"

@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.config import Outcome
 from tuner.metrics import METRICS
 from tuner.report.figures import TrialFigures, launch_gpu_count, measurements
-from tuner.report.knobs import _short_names, compact_params, param_legend
+from tuner.report.knobs import _short_names, compact_params, pair_names, param_legend
 from tuner.report.study_data import (
     StudyData,
     load_study_data,
@@ -116,7 +116,7 @@ def trials_frame(data: StudyData, front: Iterable[int] | None = None) -> pd.Data
     """
     front_set = set(front) if front is not None else set(data.best_numbers or ())
     param_names = _param_names(data)
-    short = _short_names(param_names)
+    short = _short_names(pair_names(param_names))
     items: list[tuple[int | None, StoredTrial | None, FrozenTrial | None]]
     if data.trials:
         items = [(t.number, data.row_of(t.number), t) for t in data.trials]

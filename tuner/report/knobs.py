@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from tuner.knobs.registry import knob_with_role
+from tuner.space.sampling import DECODE_KEY, PREFILL_KEY, decode_key
 
 __all__ = ["compact_params", "fraction_param", "param_legend"]
 
@@ -70,12 +71,41 @@ def _show_value(value: Any) -> str:
 
 
 def compact_params(params: Mapping[str, Any], short: Mapping[str, str] | None = None) -> str:
-    """`mem=0.65 cuda=max:8 chunked=4096`: a trial's knobs in one short line."""
-    short = short or _short_names(params)
-    return " ".join(f"{short.get(k, k)}={_show_value(v)}" for k, v in params.items())
+    """`mem=0.65 cuda=max:8 attention=fa3/flashinfer`: a trial's knobs in one short line (a backend
+    pair sampled per role shown as the one value the space wrote)."""
+    joined = joined_pairs(params)
+    short = short or _short_names(joined)
+    return " ".join(f"{short.get(k, k)}={_show_value(v)}" for k, v in joined.items())
 
 
 def param_legend(names: Iterable[str]) -> str:
     """`cuda = cuda_graph, ...` for the short names that differ from the param name."""
-    short = _short_names(names)
+    short = _short_names(pair_names(names))
     return ", ".join(f"{s} = {n}" for n, s in short.items() if s != n)
+
+
+def pair_names(names: Iterable[str]) -> list[str]:
+    """Param names with a backend pair's per-role params (`N.prefill`, `N.decode...`) as the one `N`."""
+    names = list(names)
+    pairs = {n[: -len(PREFILL_KEY)] for n in names if n.endswith(PREFILL_KEY)}
+    out: list[str] = []
+    for n in names:
+        pair = next((p for p in pairs if n == p + PREFILL_KEY or n.startswith(p + DECODE_KEY)), None)
+        if pair is None or pair not in out:
+            out.append(n if pair is None else pair)
+    return out
+
+
+def joined_pairs(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's params with each backend pair sampled per role joined: "fa3" for one backend in both
+    roles, else "prefill/decode" (the decode param is `N.decode.<prefill>`, or `N.decode` as an
+    earlier release sampled it)."""
+    out: dict[str, Any] = {}
+    for name in pair_names(params):
+        prefill = params.get(name + PREFILL_KEY)
+        if name in params or prefill is None:
+            out[name] = params.get(name)
+            continue
+        decode = params.get(decode_key(name, str(prefill)), params.get(name + DECODE_KEY))
+        out[name] = prefill if decode is None or decode == prefill else f"{prefill}/{decode}"
+    return out
