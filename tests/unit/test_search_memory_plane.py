@@ -47,6 +47,27 @@ def test_the_plane_recovers_a_linear_peak_and_says_where_it_stops_fitting() -> N
     assert fit_trend(np.asarray([row(*x) for x in launched]), np.ones(4), 0.0) is None  # no GPU size
 
 
+def test_with_the_static_pool_known_two_launches_at_one_fraction_place_every_other_fraction() -> None:
+    def row(f: float, bs: int) -> list[float]:
+        return [(f - 0.78) / 0.17, 1.0 if bs else 0.0, bs / 256]
+
+    launched = [(0.85, 0), (0.85, 128)]  # one fraction: the plane alone cannot tell its slope
+    sizes = np.asarray([row(*x) for x in launched])
+    free = np.asarray([free_of(*x) for x in launched])
+    at = np.asarray([row(0.95, 0), row(0.78, 0)])
+    known = fit_trend(sizes, free, TOTAL, known={0: -0.17 * TOTAL})
+    plain = fit_trend(sizes, free, TOTAL)
+    assert known is not None and plain is not None
+    assert known.predict(at)[0] == pytest.approx([free_of(0.95, 0), free_of(0.78, 0)], abs=0.02 * TOTAL)
+    assert abs(plain.predict(at)[0][0] - free_of(0.95, 0)) > 0.05 * TOTAL  # a flat guess
+    assert known.predict(at)[1][0] < 0.5 * plain.predict(at)[1][0]
+
+
+def test_the_static_pool_slope_is_the_fraction_range_times_the_gpu() -> None:
+    found, _ = space_candidates(load_space(H200))
+    assert plane.static_pool_slope(found, TOTAL) == {0: pytest.approx(-(0.95 - 0.78) * TOTAL)}
+
+
 def _study(
     launches: Sequence[tuple[float, str | int, float | None]],
     total: float | None,

@@ -450,3 +450,35 @@ def test_a_nan_of_one_pair_and_kv_dtype_is_not_spread_over_another_pair_sharing_
     assert p[at((1, 3, 2, 1))] == pytest.approx(p[at((1, 3, 3, 1))], rel=0.02)
     # with the failing dtype the shared decode backend stays a suspect, and the pair itself most
     assert p[at((1, 1, 2, 0))] < p[at((1, 3, 2, 0))] < p[at((1, 3, 3, 0))]
+
+
+def test_as_a_kernel_fault_a_nan_in_graphs_is_not_spread_over_other_decode_backends_in_those_graphs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(feasible, "KERNEL_FAULTS", True)
+    blocks = (
+        Block(name="mem-fraction-static", cat=(), num=(0,), role="fraction"),
+        Block(name="cuda_graph", cat=(0, 1), num=(1,), role="graphs"),
+        Block(name="sparse_backends", cat=(2, 3, 4), num=(), role="backends"),
+    )
+    grid = [(g, p, d) for g in range(3) for p in range(3) for d in range(3)]
+    feats = Features(
+        cat=np.asarray([(g, int(g > 0), p, d, 3 * p + d) for g, p, d in grid], dtype=np.int64),
+        num=np.asarray([(0.5, 0.0 if g == 0 else 0.5 * g) for g, _, _ in grid]),
+    )
+    at = grid.index
+    seen = [
+        Outcome(index=at((0, 0, 1)), failed=None),  # pair 0/1 runs eager
+        Outcome(index=at((0, 0, 2)), failed=None),  # pair 0/2 runs eager
+        Outcome(index=at((2, 0, 1)), failed=Mechanism.NUMERICS),  # pair 0/1 gives NaN in the largest graphs
+    ]
+    # what the NaN changes, per candidate (the memory prior also falls with the graph size)
+    p = np.exp(log_p_feasible(feats, blocks, seen, feats) - log_p_feasible(feats, blocks, seen[:2], feats))
+    # another decode backend in the same graphs, behind the same prefill backend: no less likely than in
+    # smaller graphs (graphs replay decode steps; the prefill backend runs eager)
+    assert p[at((2, 0, 2))] == pytest.approx(p[at((1, 0, 2))], rel=0.02)
+    # the failing decode backend in those graphs stays the suspect
+    assert p[at((2, 1, 1))] < p[at((2, 1, 2))]
+    monkeypatch.setattr(feasible, "KERNEL_FAULTS", False)
+    q = np.exp(log_p_feasible(feats, blocks, seen, feats) - log_p_feasible(feats, blocks, seen[:2], feats))
+    assert q[at((2, 0, 2))] < 0.9 * q[at((1, 0, 2))]  # the plain model spreads the NaN over the graph size

@@ -194,6 +194,25 @@ def test_the_running_cap_bounds_the_batch_the_graphs_must_cover(
     assert cover[("off", 32)] == 0.0
 
 
+def test_with_the_option_graphs_are_a_level_covering_the_running_batch_or_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(candidates_module, "COVERS", True)
+    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
+    found = candidates(space)
+    batch = max(lp.concurrency or 0 for lp in space.bench.load_points)
+    column = next(b for b in found.blocks if b.role == "graphs").cat[-1]
+    levels: dict[str, set[int]] = {}
+    for params, cat in zip(found.params, found.cat, strict=True):
+        levels.setdefault(str(params["cuda_graph"]), set()).add(cat[column])
+    for graphs, seen in levels.items():
+        if graphs == "off":
+            assert seen == {0}
+        elif graphs.startswith("max:"):
+            assert seen == {int(int(graphs[4:]) >= batch)}, graphs
+    assert {0, 1} <= set().union(*levels.values())  # the space has lists on both sides of the batch
+
+
 def _ask(study: optuna.Study, space: SearchSpace) -> dict[str, object]:
     trial = study.ask()
     _, params = suggest(space, trial)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 GRID = 9  # points of a range without a step
 COVERAGE = False  # graphs also featured by the share of the running batch they cover (_coverage)
+COVERS = False  # graphs also featured by whether they cover the running batch (a level: yes / no)
 MAX_CANDIDATES = 6000
 
 
@@ -184,6 +185,8 @@ def _layout(space: SearchSpace) -> tuple[tuple[Block, ...], tuple[list[_Column],
             batch = running_batch(space)
             if sizes and batch and COVERAGE:
                 num_cols.append((p, "graph_cover", (float(batch), 0.0, False)))
+            if sizes and batch and COVERS:
+                cat_cols.append((p, "covers", (float(batch), 0.0, False)))
         elif p.kind in (ParamKind.FLOAT, ParamKind.INT):
             assert p.low is not None and p.high is not None
             log = p.log and float(p.low) > 0
@@ -276,11 +279,16 @@ def _features(
     cat_cols, num_cols = columns
     cats: list[int] = []
     for p, how, table in cat_cols:
-        assert isinstance(table, dict)
         if p.name not in params:
             cats.append(-1)
             continue
         v = params[p.name]
+        if how == "covers":
+            assert isinstance(table, tuple)
+            share = _coverage(params, v, table[0], caps)
+            cats.append(-1 if share < 0 else int(share >= 1.0))
+            continue
+        assert isinstance(table, dict)
         if how == "prefill" or how == "decode":
             cats.append(table[split_backend_pair(str(v))[0 if how == "prefill" else 1]])
         elif how == "graphs":

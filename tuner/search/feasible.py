@@ -30,8 +30,9 @@ uncertainty sampling, peaks).
 With MONOTONE both memory mechanisms are projected onto the functions monotone in memory demand
 (tuner.search.monotone: a failure proves failure wherever more memory is needed, a pass a pass
 wherever less is); with NUMERICS_BY_KV the numerics model sees each backend feature as an
-interaction with the KV dtype (numerics_blocks). Both are off by default: on the training
-landscapes neither beat the plain models (docs/design.md gives the figures).
+interaction with the KV dtype (numerics_blocks); with KERNEL_FAULTS wrong numbers are a kernel's
+fault alone (kernel_fault_blocks). All three are off by default: on the training landscapes none beat
+the plain models (docs/design.md gives the figures).
 
 SLO constraints are modelled as values, not pass/fail: each constraint's margin (the distance past
 its bound; <= 0 met) is regressed over the measured launches and P(met) = Phi(-mean / sd), so the
@@ -85,6 +86,7 @@ SPLIT_ROLES = True  # numerics and support: the prefill and decode backends as k
 KV_MAIN = True  # numerics: the KV dtype also as a main effect beside its interactions with the backends
 SLO_AVERAGE = False  # the SLO margins' models averaged over the knobs' relevance (surrogate.fit_predict)
 NUMERICS_BY_KV = False  # numerics: each backend feature as an interaction with the KV dtype (numerics_blocks)
+KERNEL_FAULTS = False  # numerics: only kernels fail -- each backend feature alone and with each condition
 MEMORY_PLANE = True  # memory: a prior from the plane of free memory over the knobs' sizes (memory_trend)
 SUPPORT_PRIOR = True  # support: a prior from the kernels SGLang ships for the GPU (support_prior)
 # the mechanisms whose posterior spread `widen` scales (the budget's exploration): the kernels' support and
@@ -251,6 +253,34 @@ def numerics_blocks(blocks: Sequence[Block]) -> list[Block]:
     return out
 
 
+CONDITIONS = frozenset({"graphs", "kv_dtype", "running"})  # what a kernel's wrong numbers can depend on
+
+
+def kernel_fault_blocks(blocks: Sequence[Block]) -> list[Block]:
+    """The numerics model's knobs when wrong numbers are a kernel's fault: each backend feature (the
+    prefill backend, the decode backend, the pair) alone, and with each condition it ran under as one
+    interaction -- the KV dtype and the running cap for every feature, the captured graphs only for the
+    decode backend and the pair (CUDA graphs replay decode steps; prefill runs eager). The conditions
+    have no effect of their own. A NaN of one decode backend in graphs of 128 then says nothing about
+    another decode backend in the same graphs -- the search is not steered off a graph size every other
+    kernel may run -- while two failures of one backend carry to that backend. Knobs of no known role
+    stay main effects."""
+    conditions = [b for b in blocks if b.role in CONDITIONS]
+    out: list[Block] = [b for b in blocks if b.role not in CONDITIONS and b.role != "backends"]
+    for pair in (b for b in blocks if b.role == "backends"):
+        split = len(pair.cat) > 1
+        for i, col in enumerate(pair.cat):
+            feature = Block(name=f"{pair.name}[{i}]", cat=(col,), num=(), role=pair.role)
+            out.append(feature)
+            prefill = split and i == 0
+            for c in conditions:
+                if c.role == "graphs" and prefill:
+                    continue
+                name = f"{feature.name}x{c.name}"
+                out.append(Block(name=name, cat=(col, *c.cat), num=c.num, role=pair.role, product=True))
+    return out
+
+
 _ORDERS = {Mechanism.MEMORY: OOM_ORDER, Mechanism.KV_POOL: POOL_ORDER}
 
 
@@ -269,7 +299,9 @@ def _log_pass(
     mine = list(blocks) if roles is None else [b for b in blocks if b.role in roles]
     if not mine:
         mine = list(blocks)
-    if mechanism is Mechanism.NUMERICS and NUMERICS_BY_KV:
+    if mechanism is Mechanism.NUMERICS and KERNEL_FAULTS and any(b.role == "backends" for b in mine):
+        mine = kernel_fault_blocks(mine)
+    elif mechanism is Mechanism.NUMERICS and NUMERICS_BY_KV:
         mine = numerics_blocks(mine)
     elif SPLIT_ROLES and mechanism in (Mechanism.NUMERICS, Mechanism.SUPPORT):
         mine = by_role(mine)

@@ -12,7 +12,8 @@ out-of-memory point by running out of memory there.
 
 Bayesian linear regression on the launches that measured their lowest free memory: a normal prior
 on each coefficient scaled by the GPU's memory (every knob may move the peak by up to about a third
-of it across its range), a noise of 2% of it; P(fits) = Phi(mean / sd) of the predicted free memory.
+of it across its range) except those the physics gives (`known`: the fraction's, the static pool's
+growth), a noise of 2% of it; P(fits) = Phi(mean / sd) of the predicted free memory.
 A launch that ran out of memory says only that its peak missed: by default it enters as a launch
 that missed by OOM_SHORT of the GPU; with CENSORED (measured, docs/design.md) as a censored one (Tobit
 by expectation-maximisation: its value is the plane's expectation given that it missed by at least
@@ -35,6 +36,7 @@ MIN_LAUNCHES = 2
 OOM_SHORT = 0.02  # a launch that ran out of memory: its peak missed by at least this share of the GPU
 CENSORED = False  # out-of-memory launches as censored values (EM), not as values at -OOM_SHORT
 EM_STEPS = 20
+KNOWN_SD = 0.03  # a coefficient the physics gives (the static pool's growth with the fraction): its prior sd
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,9 +67,16 @@ def _design(sizes: Array) -> Array:
     return np.column_stack([np.ones(len(s)), s])
 
 
-def fit_trend(sizes: Array, free_mib: Array, total_mib: float, failed: Array | None = None) -> Trend | None:
+def fit_trend(
+    sizes: Array,
+    free_mib: Array,
+    total_mib: float,
+    failed: Array | None = None,
+    known: dict[int, float] | None = None,
+) -> Trend | None:
     """The plane through these launches and the out-of-memory launches at `failed` (None: fewer than
-    MIN_LAUNCHES in all, or no GPU size known)."""
+    MIN_LAUNCHES in all, or no GPU size known). `known`: size columns whose coefficient the physics
+    gives (MiB across the column's [0, 1]), held to it within KNOWN_SD of the GPU's memory."""
     measured = np.asarray(sizes, dtype=np.float64)
     failed = np.zeros((0, measured.shape[1])) if failed is None else np.asarray(failed, dtype=np.float64)
     if len(free_mib) + len(failed) < MIN_LAUNCHES or not total_mib or total_mib <= 0:
@@ -78,15 +87,19 @@ def fit_trend(sizes: Array, free_mib: Array, total_mib: float, failed: Array | N
     noise = NOISE * total_mib
     prior = np.full(a.shape[1], 1.0 / (COEF_SD * total_mib) ** 2)
     prior[0] = 1.0 / (10.0 * total_mib) ** 2  # the intercept: where the plane sits is the data's
+    centre = np.zeros(a.shape[1])
+    for column, slope in (known or {}).items():
+        centre[1 + column] = slope
+        prior[1 + column] = 1.0 / (KNOWN_SD * total_mib) ** 2
     cov = np.linalg.inv(a.T @ a / noise**2 + np.diag(prior))
-    mean = cov @ a.T @ y / noise**2
+    mean = cov @ (a.T @ y / noise**2 + prior * centre)
     if CENSORED and len(failed):
         short_rows = np.arange(len(free_mib), len(y))
         for _ in range(EM_STEPS):
             mu = a[short_rows] @ mean
             alpha = (bound - mu) / noise
             y[short_rows] = mu - noise * _mills(alpha)  # E[free | free < bound]
-            updated = cov @ a.T @ y / noise**2
+            updated = cov @ (a.T @ y / noise**2 + prior * centre)
             settled = np.max(np.abs(updated - mean)) < 1e-3 * total_mib
             mean = updated
             if settled:

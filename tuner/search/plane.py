@@ -41,6 +41,8 @@ GRAPHS_WITHIN_CAP = True
 GRAPH_SUM = False
 # a free-VRAM floor's P(met) from the plane of free memory rather than from its margins' own model
 PLANE_FLOORS = False
+# the fraction's coefficient held to the static pool's growth (mem-fraction-static x the GPU's memory)
+STATIC_POOL = True
 
 
 def _memory_plane(
@@ -97,9 +99,24 @@ def fitted_plane(
     known = [i for i, r in enumerate(rows) if not np.isnan(sizes[r]).any()]
     short = [s.index for s in seen if s.failed is Mechanism.MEMORY and not np.isnan(sizes[s.index]).any()]
     trend = fit_trend(
-        sizes[[rows[i] for i in known]], np.asarray([free[i] for i in known]), total, sizes[short]
+        sizes[[rows[i] for i in known]],
+        np.asarray([free[i] for i in known]),
+        total,
+        sizes[short],
+        known=static_pool_slope(found, total) if STATIC_POOL else None,
     )
     return None if trend is None else Plane(trend=trend, sizes=sizes)
+
+
+def static_pool_slope(found: Candidates, total_mib: float) -> dict[int, float] | None:
+    """The fraction column's coefficient the physics gives: the static pool (weights and KV cache) is
+    mem-fraction-static x the GPU's memory, so across the space's fraction range free memory at the
+    peak falls by the range x the GPU's memory (None: no fraction range)."""
+    fractions = _raw_sizes(found)[:, 0]
+    if not np.isfinite(fractions).any():
+        return None
+    span = float(np.nanmax(fractions) - np.nanmin(fractions))
+    return {0: -span * total_mib} if span > 0 else None
 
 
 def vram_floors(plane: Plane | None, trials: Sequence[FrozenTrial]) -> dict[int, np.ndarray] | None:
