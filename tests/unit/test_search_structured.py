@@ -153,20 +153,26 @@ def test_the_candidates_of_a_shipped_space_are_its_points_with_pairs_only_from_i
     assert len(found.cat[0]) == 5 and len(found.num[0]) == 2  # pair: 3 columns, graphs: 2 + batch size
 
 
-def test_with_the_option_graphs_are_featured_by_the_share_of_the_running_batch_they_cover(
+def test_with_the_options_graphs_are_featured_by_the_running_batch_they_cover_as_a_share_and_a_level(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(candidates_module, "COVERAGE", True)
+    monkeypatch.setattr(candidates_module, "COVERS", True)
     space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
     found = candidates(space)
     batch = max(lp.concurrency or 0 for lp in space.bench.load_points)
     assert batch > 0
-    for params, num in zip(found.params, found.num, strict=True):
-        graphs, cover = str(params["cuda_graph"]), num[2]
+    column = next(b for b in found.blocks if b.role == "graphs").cat[-1]
+    levels: set[int] = set()
+    for params, cat, num in zip(found.params, found.cat, found.num, strict=True):
+        graphs, cover, level = str(params["cuda_graph"]), num[2], cat[column]
+        levels.add(level)
         if graphs == "off":
-            assert cover == 0.0
+            assert cover == 0.0 and level == 0
         elif graphs.startswith("max:"):
             assert cover == pytest.approx(min(1.0, int(graphs[4:]) / batch))
+            assert level == int(int(graphs[4:]) >= batch), graphs
+    assert levels == {0, 1}  # the space has lists on both sides of the batch
 
 
 def test_the_running_cap_bounds_the_batch_the_graphs_must_cover(
@@ -192,25 +198,6 @@ def test_the_running_cap_bounds_the_batch_the_graphs_must_cover(
     assert cover[("max:64", 128)] == pytest.approx(0.5)  # 128 clients, 128 running: half the batch
     assert cover[("max:64", 32)] == 1.0  # at most 32 running: graphs of 64 cover every batch
     assert cover[("off", 32)] == 0.0
-
-
-def test_with_the_option_graphs_are_a_level_covering_the_running_batch_or_not(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(candidates_module, "COVERS", True)
-    space = load_space(ROOT / "search_spaces" / "dsv32-fp8-h200-sim.yaml")
-    found = candidates(space)
-    batch = max(lp.concurrency or 0 for lp in space.bench.load_points)
-    column = next(b for b in found.blocks if b.role == "graphs").cat[-1]
-    levels: dict[str, set[int]] = {}
-    for params, cat in zip(found.params, found.cat, strict=True):
-        levels.setdefault(str(params["cuda_graph"]), set()).add(cat[column])
-    for graphs, seen in levels.items():
-        if graphs == "off":
-            assert seen == {0}
-        elif graphs.startswith("max:"):
-            assert seen == {int(int(graphs[4:]) >= batch)}, graphs
-    assert {0, 1} <= set().union(*levels.values())  # the space has lists on both sides of the batch
 
 
 def _ask(study: optuna.Study, space: SearchSpace) -> dict[str, object]:
