@@ -14,6 +14,7 @@ from tuner.gate.reference import (
     ReferenceCheck,
     agreements,
     compare,
+    logit_step,
     read_reference,
     write_reference,
 )
@@ -154,6 +155,31 @@ def test_a_bf16_near_tie_is_agreement_up_to_it_and_a_clear_difference_fails() ->
     assert not compare(out("p", (1, 2, 3, 4)), out("p", (1, 2, 8, 4)), 64, near_tie=0.2).agrees  # no logprobs
     check = ReferenceCheck(source="s", outputs=(), agreements=(swapped,), near_tie=0.2)
     assert check.passed and check.near_ties == 1
+
+
+def test_where_the_reference_s_logits_are_coarse_a_swap_within_a_few_roundings_is_a_near_tie() -> None:
+    """Real SGLang 0.5.17 on a tiny random-weight model (logits in the hundreds, bf16 steps of 0.5-2
+    nats): torch_native against triton swapped the reference's top two at a gap of exactly 2.0."""
+    coarse = [((1, 0.0), (9, -104.0)), ((1, 0.0), (9, -392.0)), ((1, -0.0025), (9, -6.0025)),
+              ((1, 0.0), (9, -103.5)), ((1, -0.018), (9, -4.018)), ((1, 0.0), (9, -16.0)),
+              ((1, 0.0), (9, -68.0)), ((1, 0.0), (9, -22.0))]  # fmt: skip
+    last = ((1, -0.12692804634571075), (8, -2.1269280910491943))
+    ids = (1,) * 9
+    ref = tie("p", ids, (*coarse, last))
+    assert logit_step(ref) == 0.5  # every gap a multiple of 1/2, not all of 1 (103.5)
+    swapped = compare(ref, out("p", ids[:8] + (8,)), 64, near_tie=0.2)
+    assert swapped.agrees and swapped.near_tie_at == 8 and swapped.tolerance == 2.0
+    # a clear difference stays one: the first position's runner-up is 104 nats behind
+    far = compare(ref, out("p", (9,) + ids[1:]), 64, near_tie=0.2)
+    assert not far.agrees and far.first_mismatch == 0
+    assert "gap 104.000 > 2" in (ReferenceCheck(source="s", outputs=(), agreements=(far,)).reason() or "")
+    assert not compare(ref, out("p", ids[:8] + (8,)), 64, near_tie=0.0).agrees  # exact agreement asked
+    # fine logits (a trained model, or fp32): no coarser grid, the stated tolerance holds
+    gaps = (0.3, 1.7, 2.9, 0.45, 5.1, 0.77, 3.3, 1.1)
+    fine = tie("p", ids, (*(((1, -0.01), (9, -0.01 - g)) for g in gaps), last))
+    assert logit_step(fine) == 0.0
+    assert not compare(fine, out("p", ids[:8] + (8,)), 64, near_tie=0.2).agrees
+    assert logit_step(tie("p", (1, 1), (coarse[0], coarse[1]))) == 0.0  # two gaps tell no grid
 
 
 def test_top2_logprobs_round_trip_through_the_reference_file(tmp_path: Path) -> None:

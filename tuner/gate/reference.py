@@ -49,6 +49,7 @@ class Agreement:
     got: str | None = None
     near_tie_at: int | None = None  # the outputs part at a near-tie here (agreeing before it): not a failure
     gap: float | None = None  # the reference's top-1/top-2 logprob gap at the first difference
+    tolerance: float | None = None  # the near-tie tolerance at this prompt (nats; logit_step widens it)
 
     @property
     def agrees(self) -> bool:
@@ -81,7 +82,7 @@ class ReferenceCheck:
             if not bad:
                 continue
             a = bad[0]
-            tie = self.near_tie
+            tie = self.near_tie if a.tolerance is None else a.tolerance
             gap = "" if a.gap is None else f"; the reference's top-1/top-2 gap {a.gap:.3f} > {tie:g}"
             return (
                 f"reference mismatch{where}: {len(bad)} of {len(group)} prompts disagree with {self.source}; "
@@ -99,7 +100,8 @@ def compare(
     A first difference at a near-tie is agreement up to there: the two tokens are the reference's
     own top-1 and top-2 there, with logprobs within `near_tie` (nats) of each other (a correct kernel
     in another reduction order may swap them; what follows a swap is another continuation, so
-    nothing after it is compared). The output's own logprobs are not trusted for this.
+    nothing after it is compared), or within TIE_STEPS roundings of the reference's logits where
+    those are coarser (`logit_step`). The output's own logprobs are not trusted for this.
     """
     exp: Sequence[Any]
     got: Sequence[Any]
@@ -108,12 +110,13 @@ def compare(
     else:
         exp, got, unit = reference.text, output.text, "char"
     length = max(len(exp), len(got))
+    tolerance = max(near_tie, TIE_STEPS * logit_step(reference)) if near_tie > 0 else 0.0
     for i in range(length):
         e = exp[i] if i < len(exp) else None
         g = got[i] if i < len(got) else None
         if e != g:
             gap = _tie_gap(reference, i, e, g) if unit == "token" else None
-            tie = gap is not None and gap <= near_tie
+            tie = gap is not None and gap <= tolerance * (1 + 1e-6)
             return Agreement(
                 prompt=output.prompt,
                 compared=i if tie else length,
@@ -123,8 +126,34 @@ def compare(
                 got=_shown(g),
                 near_tie_at=i if tie else None,
                 gap=gap,
+                tolerance=tolerance,
             )
     return Agreement(prompt=output.prompt, compared=length, unit=unit, first_mismatch=None)
+
+
+TIE_STEPS = 4  # a near-tie: within this many roundings of the logits (kernels reducing in another order)
+MIN_GAPS = 8  # fewer top-1/top-2 gaps cannot tell a grid from chance (all multiples of 2q: odds 2^-n)
+_STEPS = tuple(2.0**e for e in range(4, -11, -1))  # the grids tried, 16 nats down to 2^-10
+
+
+def logit_step(reference: GreedyOutput) -> float:
+    """The rounding step of the reference's logits, read from its own top-1/top-2 gaps (0: none seen).
+
+    bf16 keeps 8 significant bits: a logit of magnitude 2^e lies on a grid of 2^(e-7), so the gap of
+    two logits is a multiple of the finer grid of the two, and over a whole answer every gap is a
+    multiple of the step of its smallest magnitudes: the largest power of two dividing them all. A
+    trained model's logits (~10-30) have a step of 1/16-1/8 nats, within the default tolerance; a
+    model whose logits run to hundreds (random weights, no final norm) has steps of 1-2 nats, where
+    a correct kernel swaps tokens at gaps the default tolerance would call a clear difference. Logits
+    kept in fp32 show no grid (0)."""
+    gaps = [abs(t[0][1] - t[1][1]) for t in reference.top2 or () if len(t) >= 2]
+    gaps = [g for g in gaps if g > 0]
+    if len(gaps) < MIN_GAPS:
+        return 0.0
+    for q in _STEPS:
+        if all(abs(g / q - round(g / q)) <= 1e-3 + 1e-6 * g / q for g in gaps):
+            return q
+    return 0.0
 
 
 def _tie_gap(reference: GreedyOutput, i: int, e: object, g: object) -> float | None:

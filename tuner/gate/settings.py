@@ -114,7 +114,8 @@ class ReferenceSettings(Settings):
     tokens: int = Field(default=64, ge=1, le=MAX_GATE_TOKENS)
     # A first difference where the reference's own top-1 and top-2 tokens are within this many nats is
     # a near-tie, not a failure: bf16 keeps 8 significant bits, so a logit of magnitude ~10-30 is
-    # rounded by ~0.04-0.1, and kernels that reduce in another order differ by a few such roundings.
+    # rounded by ~0.04-0.1, and kernels that reduce in another order differ by a few such roundings;
+    # where the reference's own logits are coarser, a few of their roundings (reference.logit_step).
     near_tie: float = Field(default=0.2, ge=0.0)
 
     @model_validator(mode="before")
