@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,32 @@ def test_where_the_reference_s_logits_are_coarse_a_swap_within_a_few_roundings_i
     assert logit_step(fine) == 0.0
     assert not compare(fine, out("p", ids[:8] + (8,)), 64, near_tie=0.2).agrees
     assert logit_step(tie("p", (1, 1), (coarse[0], coarse[1]))) == 0.0  # two gaps tell no grid
+
+
+def test_real_sglang_outputs_torch_native_s_late_swap_is_a_near_tie_and_triton_agrees_exactly() -> None:
+    """Greedy outputs of real SGLang 0.5.17 (one H100, a tiny random-weight Llama in bf16), per trial of one
+    study, against that study's reference: torch_native was stored as a wrong answer at token 23 of 24."""
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "real_sglang"
+    reference, _ = read_reference(folder / "reference-0.5.17-h100.json")
+    assert [logit_step(r) for r in reference] == [0.5, 0.5, 1.0]
+    trials = json.loads((folder / "gate-outputs-0.5.17-h100.json").read_text())["trials"]
+    checked = {}
+    for trial in trials:
+        outputs = [
+            GreedyOutput(
+                prompt=o["prompt"],
+                token_ids=tuple(o["token_ids"]),
+                text="",
+                top2=tuple(tuple((int(t), float(lp)) for t, lp in pos) for pos in o["top2"]),
+            )
+            for o in trial["outputs"]
+        ]
+        found = agreements(reference, outputs, 24, near_tie=0.2)
+        check = ReferenceCheck(source="s", outputs=(), agreements=found, near_tie=0.2)
+        checked[trial["params"]["attention-backend"], trial["trial"]] = (check.passed, check.near_ties)
+    assert checked[("torch_native/torch_native", 6)] == (True, 1)
+    assert {v for (backend, _), v in checked.items() if backend.startswith("triton")} == {(True, 0)}
+    assert len(checked) == 5
 
 
 def test_top2_logprobs_round_trip_through_the_reference_file(tmp_path: Path) -> None:
