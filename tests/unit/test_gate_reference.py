@@ -181,6 +181,8 @@ def test_where_the_reference_s_logits_are_coarse_a_swap_within_a_few_roundings_i
     assert logit_step(fine) == 0.0
     assert not compare(fine, out("p", ids[:8] + (8,)), 64, near_tie=0.2).agrees
     assert logit_step(tie("p", (1, 1), (coarse[0], coarse[1]))) == 0.0  # two gaps tell no grid
+    masked = tie("p", ids, (*coarse, ((1, 0.0), (9, float("-inf")))))
+    assert logit_step(masked) == 0.5  # a runner-up at -inf is left out, not a crash
 
 
 def test_real_sglang_outputs_torch_native_s_late_swap_is_a_near_tie_and_triton_agrees_exactly() -> None:

@@ -11,6 +11,7 @@ a wrong configuration that a keyword check cannot see.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +148,7 @@ def logit_step(reference: GreedyOutput) -> float:
     a correct kernel swaps tokens at gaps the default tolerance would call a clear difference. Logits
     kept in fp32 show no grid (0)."""
     gaps = [abs(t[0][1] - t[1][1]) for t in reference.top2 or () if len(t) >= 2]
-    gaps = [g for g in gaps if g > 0]
+    gaps = [g for g in gaps if 0 < g < math.inf]  # a runner-up at -inf (a masked token) tells no grid
     if len(gaps) < MIN_GAPS:
         return 0.0
     for q in _STEPS:
