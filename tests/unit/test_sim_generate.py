@@ -13,6 +13,7 @@ from tuner.sim.generate_families import family_of
 from tuner.sim.generation_check import check, generate, main
 from tuner.sim.landscape import best
 from tuner.sim.oracle import Outcome
+from tuner.sim.resolve import Launch
 from tuner.sim.scenario import parse_scenario
 from tuner.sim.spacefile import launch_from_argv, read_space
 
@@ -171,6 +172,27 @@ def test_a_failure_tied_to_the_decode_role_shows_only_where_that_backend_decodes
     bad["backends"] = {**raw["backends"], a: {"behaviour": "nan", "behaviour_roles": ["both"]}}
     with pytest.raises(Exception, match="behaviour_roles"):
         parse_scenario(bad, "bad role")
+
+
+def test_a_nan_only_in_captured_graphs_never_comes_from_the_prefill_backend() -> None:
+    raw = dict(draw(0).scenario)
+    a, b = [n for n in raw["backends"] if n != "default"][:2]
+    raw["backends"] = {
+        **raw["backends"],
+        a: {"behaviour": "nan", "nan_min_batch": 8, "nan_graph_only": True},
+        b: {"behaviour": "ok"},
+    }
+    scenario = parse_scenario(raw, "graph nan")
+
+    def launch(prefill: str, decode: str) -> Launch:
+        argv = ["--model-path", "/m", "--tp-size", str(scenario.gpus.count), "--cuda-graph-max-bs-decode", "64",
+                "--dsa-prefill-backend", prefill, "--dsa-decode-backend", decode]  # fmt: skip
+        return launch_from_argv(scenario, "0.5.23", argv)
+
+    for decodes_in_graphs in (launch(b, a), launch(a, a)):
+        assert decodes_in_graphs.nan_at(32, graph=True) and not decodes_in_graphs.nan_at(32, graph=False)
+    prefills_only = launch(a, b)
+    assert prefills_only.behaviour == "ok" and not prefills_only.nan_at(32, graph=True)
 
 
 def test_an_infeasible_baseline_is_a_failing_point() -> None:

@@ -239,9 +239,19 @@ def _on_this_gpu(rule: BackendRule, sm_major: int) -> BackendRule:
     return replace(rule, behaviour="unsupported", error=error)
 
 
+def _eager_in_prefill(rule: BackendRule) -> BackendRule:
+    """A NaN that needs a captured graph never comes from the prefill backend: the graphs of a batch
+    size are decode graphs, which run the decode backend's kernels; prefill runs eager, or in graphs
+    that break at attention (piecewise, "breakable"), so its attention kernels run eager either way."""
+    if not rule.nan_graph_only:
+        return rule
+    return replace(rule, behaviour="ok", nan_min_batch=None, nan_graph_only=False, behaviour_kv_dtypes=None)
+
+
 def _pair(scenario: Scenario, kv: str, prefill: str | None, decode: str | None) -> _Backends:
     sm = scenario.gpus.sm_major
-    prefill_rule = _on_this_gpu(_in_role(_with_kv(scenario.backend(prefill), kv), "prefill"), sm)
+    prefill_rule = _eager_in_prefill(_in_role(_with_kv(scenario.backend(prefill), kv), "prefill"))
+    prefill_rule = _on_this_gpu(prefill_rule, sm)
     decode_rule = _on_this_gpu(_in_role(_with_kv(scenario.backend(decode), kv), "decode"), sm)
     behaviour, error, failing_role = "ok", "", None
     for role, rule in (("prefill", prefill_rule), ("decode", decode_rule)):
