@@ -185,7 +185,8 @@ def test_a_nan_only_in_captured_graphs_never_comes_from_the_prefill_backend() ->
     scenario = parse_scenario(raw, "graph nan")
 
     def launch(prefill: str, decode: str) -> Launch:
-        argv = ["--model-path", "/m", "--tp-size", str(scenario.gpus.count), "--cuda-graph-max-bs-decode", "64",
+        argv = ["--model-path", "/m", "--tp-size", str(scenario.gpus.count),
+                "--cuda-graph-max-bs-decode", "64",
                 "--dsa-prefill-backend", prefill, "--dsa-decode-backend", decode]  # fmt: skip
         return launch_from_argv(scenario, "0.5.23", argv)
 
