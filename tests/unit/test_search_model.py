@@ -424,11 +424,9 @@ def test_not_enough_memory_at_a_fraction_proves_it_for_every_smaller_fraction_no
     assert min(p[at((f, 1, 0))] for f in range(5, 8)) > 0.5  # the KV pool grows with the fraction
 
 
-def test_a_nan_of_one_pair_and_kv_dtype_is_not_spread_over_another_pair_sharing_its_decode_backend(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(feasible, "NUMERICS_BY_KV", True)
-    # backends 0..3 as pairs (prefill, decode, pair level) x graphs (off, two sizes) x KV dtype (2)
+def _pairs_graphs_kv() -> tuple[tuple[Block, ...], Features, list[tuple[int, int, int, int]], list[Outcome]]:
+    """Backends 0..3 as pairs (prefill, decode, pair level) x graphs (off, two sizes) x KV dtype (2);
+    one launch measured, and pair 1/2 with KV dtype 0 giving NaN."""
     blocks = (
         Block(name="mem-fraction-static", cat=(), num=(0,), role="fraction"),
         Block(name="cuda_graph", cat=(0, 1), num=(1,), role="graphs"),
@@ -440,16 +438,44 @@ def test_a_nan_of_one_pair_and_kv_dtype_is_not_spread_over_another_pair_sharing_
         cat=np.asarray([(g, int(g > 0), p, d, 4 * p + d, k) for g, p, d, k in grid], dtype=np.int64),
         num=np.asarray([(0.5, 0.0 if g == 0 else 0.5 * g) for g, _, _, _ in grid]),
     )
-    at = grid.index
     seen = [
-        Outcome(index=at((1, 0, 0, 0)), failed=None),
-        Outcome(index=at((1, 1, 2, 0)), failed=Mechanism.NUMERICS),  # pair 1/2 gives NaN with KV dtype 0
+        Outcome(index=grid.index((1, 0, 0, 0)), failed=None),
+        Outcome(index=grid.index((1, 1, 2, 0)), failed=Mechanism.NUMERICS),
     ]
+    return blocks, feats, grid, seen
+
+
+def test_a_nan_of_one_pair_and_kv_dtype_is_not_spread_over_another_pair_sharing_its_decode_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(feasible, "NUMERICS_BY_KV", True)
+    blocks, feats, grid, seen = _pairs_graphs_kv()
+    at = grid.index
     p = np.exp(log_p_feasible(feats, blocks, seen, feats))
     # the winner 3/2 with the other dtype shares only the decode backend: as likely as an unrelated pair
     assert p[at((1, 3, 2, 1))] == pytest.approx(p[at((1, 3, 3, 1))], rel=0.02)
     # with the failing dtype the shared decode backend stays a suspect, and the pair itself most
     assert p[at((1, 1, 2, 0))] < p[at((1, 3, 2, 0))] < p[at((1, 3, 3, 0))]
+
+
+def test_averaged_the_chance_of_right_numbers_lies_between_the_plain_and_the_by_dtype_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    blocks, feats, grid, seen = _pairs_graphs_kv()
+    plain = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    monkeypatch.setattr(feasible, "NUMERICS_BY_KV", True)
+    by_dtype = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    monkeypatch.setattr(feasible, "NUMERICS_BY_KV", False)
+    monkeypatch.setattr(feasible, "NUMERICS_AVERAGE", True)
+    mixed = np.exp(log_p_feasible(feats, blocks, seen, feats))
+    assert np.all(mixed >= np.minimum(plain, by_dtype) * (1 - 1e-9))
+    assert np.all(mixed <= np.maximum(plain, by_dtype) * (1 + 1e-9))
+    # the failing pair with the other dtype: "the pair fails" and "the pair fails with that dtype"
+    # disagree, and the average is neither
+    other = grid.index((1, 1, 2, 1))
+    low, high = sorted((plain[other], by_dtype[other]))
+    assert high > 1.2 * low
+    assert low * 1.02 < mixed[other] < high / 1.02
 
 
 def test_as_a_kernel_fault_a_nan_in_graphs_is_not_spread_over_other_decode_backends_in_those_graphs(

@@ -87,6 +87,10 @@ KV_MAIN = True  # numerics: the KV dtype also as a main effect beside its intera
 SLO_AVERAGE = False  # the SLO margins' models averaged over the knobs' relevance (surrogate.fit_predict)
 NUMERICS_BY_KV = False  # numerics: each backend feature as an interaction with the KV dtype (numerics_blocks)
 KERNEL_FAULTS = False  # numerics: only kernels fail -- each backend feature alone and with each condition
+# numerics: P(pass) averaged over the plain model and the by-KV-dtype one (numerics_blocks), each
+# weighed by its marginal likelihood: a NaN of one backend with one dtype fits "the backend" and
+# "the backend with that dtype" alike until a launch tells them apart
+NUMERICS_AVERAGE = False
 MEMORY_PLANE = True  # memory: a prior from the plane of free memory over the knobs' sizes (memory_trend)
 SUPPORT_PRIOR = True  # support: a prior from the kernels SGLang ships for the GPU (support_prior)
 # the mechanisms whose posterior spread `widen` scales (the budget's exploration): the kernels' support and
@@ -299,11 +303,14 @@ def _log_pass(
     mine = list(blocks) if roles is None else [b for b in blocks if b.role in roles]
     if not mine:
         mine = list(blocks)
+    alternatives: list[list[Block]] = []
     if mechanism is Mechanism.NUMERICS and KERNEL_FAULTS and any(b.role == "backends" for b in mine):
         mine = kernel_fault_blocks(mine)
     elif mechanism is Mechanism.NUMERICS and NUMERICS_BY_KV:
         mine = numerics_blocks(mine)
     elif SPLIT_ROLES and mechanism in (Mechanism.NUMERICS, Mechanism.SUPPORT):
+        if mechanism is Mechanism.NUMERICS and NUMERICS_AVERAGE and any(b.role == "kv_dtype" for b in mine):
+            alternatives = [numerics_blocks(mine)]
         mine = by_role(mine)
     rows, labels = [], []
     for s in seen:
@@ -333,13 +340,41 @@ def _log_pass(
         z = prior(test, test_at, quiet=True) / math.sqrt(LABEL_NOISE)
     else:
         train = features.take(rows)
-        post = fit_predict(train, np.asarray(labels) - prior(train, rows), test, mine, prior_mean=0.0,
-                           scale=1.0, ard=False)  # fmt: skip
+        target = np.asarray(labels) - prior(train, rows)
+        post = fit_predict(train, target, test, mine, prior_mean=0.0, scale=1.0, ard=False)
         z = (prior(test, test_at) + post.mean) / np.sqrt(LABEL_NOISE + (widen * post.sd) ** 2)
+        if alternatives:
+            return _averaged_log_pass(z, post.log_evidence, train, target, test, alternatives,
+                                      prior(test, test_at), widen)  # fmt: skip
     if order is not None and MONOTONE and rows:
         seen_rows, ok = features.take(rows), [v > 0 for v in labels]
         z = monotone_latent(z, test, mine, order, observed=seen_rows, passed=ok)
     return log_norm_cdf(z)
+
+
+def _averaged_log_pass(
+    z: Array,
+    evidence: float,
+    train: Features,
+    target: Array,
+    test: Features,
+    alternatives: Sequence[Sequence[Block]],
+    prior_mean: Array,
+    widen: float,
+) -> Array:
+    """log of P(pass) averaged over the model already fitted (z, evidence) and one fitted per
+    alternative block structure, each weighed by its marginal likelihood."""
+    logs, evidences = [log_norm_cdf(z)], [evidence]
+    for blocks in alternatives:
+        post = fit_predict(train, target, test, blocks, prior_mean=0.0, scale=1.0, ard=False)
+        logs.append(log_norm_cdf((prior_mean + post.mean) / np.sqrt(LABEL_NOISE + (widen * post.sd) ** 2)))
+        evidences.append(post.log_evidence)
+    w = np.exp(np.asarray(evidences) - max(evidences))
+    w /= w.sum()
+    stacked = np.stack(logs) + np.log(np.maximum(w, 1e-300))[:, None]
+    top = stacked.max(axis=0)
+    out: Array = top + np.log(np.exp(stacked - top).sum(axis=0))
+    return out
 
 
 def _log_slo(

@@ -104,6 +104,7 @@ class Posterior:
     weights: tuple[float, ...] = ()  # the knobs' relevances (ARD), mean 1
     # the posterior covariance of each test row with each anchor row (target units squared), if asked
     anchor_cov: Array | None = None
+    log_evidence: float = 0.0  # the log marginal likelihood (x hyperprior) of the chosen setting
 
 
 def fit_predict(
@@ -198,7 +199,7 @@ def fit_predict(
     cov = None if cov is None else scale * scale * cov
     return Posterior(
         mean=centre + scale * first, sd=scale * np.sqrt(var), share=share, noise=top[2],
-        weights=tuple(float(w) for w in top[1]), anchor_cov=cov,
+        weights=tuple(float(w) for w in top[1]), anchor_cov=cov, log_evidence=lml,
     )  # fmt: skip
 
 
