@@ -462,12 +462,11 @@ def test_averaged_the_chance_of_right_numbers_lies_between_the_plain_and_the_by_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     blocks, feats, grid, seen = _pairs_graphs_kv()
+    mixed = np.exp(log_p_feasible(feats, blocks, seen, feats))  # the default
+    monkeypatch.setattr(feasible, "NUMERICS_AVERAGE", False)
     plain = np.exp(log_p_feasible(feats, blocks, seen, feats))
     monkeypatch.setattr(feasible, "NUMERICS_BY_KV", True)
     by_dtype = np.exp(log_p_feasible(feats, blocks, seen, feats))
-    monkeypatch.setattr(feasible, "NUMERICS_BY_KV", False)
-    monkeypatch.setattr(feasible, "NUMERICS_AVERAGE", True)
-    mixed = np.exp(log_p_feasible(feats, blocks, seen, feats))
     assert np.all(mixed >= np.minimum(plain, by_dtype) * (1 - 1e-9))
     assert np.all(mixed <= np.maximum(plain, by_dtype) * (1 + 1e-9))
     # the failing pair with the other dtype: "the pair fails" and "the pair fails with that dtype"

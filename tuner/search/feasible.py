@@ -32,7 +32,10 @@ With MONOTONE both memory mechanisms are projected onto the functions monotone i
 wherever less is); with NUMERICS_BY_KV the numerics model sees each backend feature as an
 interaction with the KV dtype (numerics_blocks); with KERNEL_FAULTS wrong numbers are a kernel's
 fault alone (kernel_fault_blocks). All three are off by default: on the training landscapes none beat
-the plain models (docs/design.md gives the figures).
+the plain models (docs/design.md gives the figures). What is on (NUMERICS_AVERAGE) is the average
+of the plain numerics model and the by-KV-dtype one, each weighed by its marginal likelihood: one
+NaN of a backend with one dtype fits "that backend" and "that backend with that dtype" alike, and
+neither guess alone should steer the search.
 
 SLO constraints are modelled as values, not pass/fail: each constraint's margin (the distance past
 its bound; <= 0 met) is regressed over the measured launches and P(met) = Phi(-mean / sd), so the
@@ -90,7 +93,7 @@ KERNEL_FAULTS = False  # numerics: only kernels fail -- each backend feature alo
 # numerics: P(pass) averaged over the plain model and the by-KV-dtype one (numerics_blocks), each
 # weighed by its marginal likelihood: a NaN of one backend with one dtype fits "the backend" and
 # "the backend with that dtype" alike until a launch tells them apart
-NUMERICS_AVERAGE = False
+NUMERICS_AVERAGE = True
 MEMORY_PLANE = True  # memory: a prior from the plane of free memory over the knobs' sizes (memory_trend)
 SUPPORT_PRIOR = True  # support: a prior from the kernels SGLang ships for the GPU (support_prior)
 # the mechanisms whose posterior spread `widen` scales (the budget's exploration): the kernels' support and
