@@ -344,37 +344,23 @@ def _log_pass(
     else:
         train = features.take(rows)
         target = np.asarray(labels) - prior(train, rows)
-        post = fit_predict(train, target, test, mine, prior_mean=0.0, scale=1.0, ard=False)
-        z = (prior(test, test_at) + post.mean) / np.sqrt(LABEL_NOISE + (widen * post.sd) ** 2)
-        if alternatives:
-            return _averaged_log_pass(z, post.log_evidence, train, target, test, alternatives,
-                                      prior(test, test_at), widen)  # fmt: skip
+        base = prior(test, test_at)
+        fits = [fit_predict(train, target, test, b, prior_mean=0.0, scale=1.0, ard=False)
+                for b in (mine, *alternatives)]  # fmt: skip
+        zs = [(base + f.mean) / np.sqrt(LABEL_NOISE + (widen * f.sd) ** 2) for f in fits]
+        if len(fits) > 1:
+            return _mixture([log_norm_cdf(z) for z in zs], [f.log_evidence for f in fits])
+        z = zs[0]
     if order is not None and MONOTONE and rows:
         seen_rows, ok = features.take(rows), [v > 0 for v in labels]
         z = monotone_latent(z, test, mine, order, observed=seen_rows, passed=ok)
     return log_norm_cdf(z)
 
 
-def _averaged_log_pass(
-    z: Array,
-    evidence: float,
-    train: Features,
-    target: Array,
-    test: Features,
-    alternatives: Sequence[Sequence[Block]],
-    prior_mean: Array,
-    widen: float,
-) -> Array:
-    """log of P(pass) averaged over the model already fitted (z, evidence) and one fitted per
-    alternative block structure, each weighed by its marginal likelihood."""
-    logs, evidences = [log_norm_cdf(z)], [evidence]
-    for blocks in alternatives:
-        post = fit_predict(train, target, test, blocks, prior_mean=0.0, scale=1.0, ard=False)
-        logs.append(log_norm_cdf((prior_mean + post.mean) / np.sqrt(LABEL_NOISE + (widen * post.sd) ** 2)))
-        evidences.append(post.log_evidence)
+def _mixture(logs: Sequence[Array], evidences: Sequence[float]) -> Array:
+    """log of the models' probabilities averaged, each model weighed by its marginal likelihood."""
     w = np.exp(np.asarray(evidences) - max(evidences))
-    w /= w.sum()
-    stacked = np.stack(logs) + np.log(np.maximum(w, 1e-300))[:, None]
+    stacked = np.stack(logs) + np.log(np.maximum(w / w.sum(), 1e-300))[:, None]
     top = stacked.max(axis=0)
     out: Array = top + np.log(np.exp(stacked - top).sum(axis=0))
     return out
