@@ -10,6 +10,7 @@ import contextlib
 import socket
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
@@ -27,6 +28,7 @@ from tuner.config import (
 )
 from tuner.errors import FlagError, PortInUseError
 from tuner.gpu.sampler import FileGpuProbe, wait_for_release
+from tuner.host import CpuPressure
 from tuner.sglang.flags import render_flags, validate_flags
 from tuner.sglang.options import builtin_table
 from tuner.sglang.process import free_port, port_is_free
@@ -201,4 +203,46 @@ def test_ready_with_cuda_graphs_reports_captured_batch_sizes(tmp_path: Path) -> 
     server, facts = _launch(spec)
     assert isinstance(facts, ServerFacts), facts
     assert facts.captured_bs == (1, 2, 4, 8)
+    _assert_clean(server, spec, tmp_path)
+
+
+class _Crowded:
+    """A CPU watch that reports the given share of waiting (a stand-in for a host full of CPU hogs)."""
+
+    def __init__(self, wait_share: float, pids: Callable[[], Sequence[int]]) -> None:
+        self.wait_share, self.pids = wait_share, pids
+        self.asked: list[tuple[int, ...]] = []
+
+    def sample(self, now: float) -> None:
+        pass
+
+    def pressure(self, now: float) -> CpuPressure:
+        self.asked.append(tuple(self.pids()))
+        return CpuPressure(wait_share=self.wait_share, load_per_cpu=3.0)
+
+
+@pytest.mark.parametrize(
+    ("wait_share", "outcome"),
+    [(0.75, Outcome.INFRA_ERROR), (0.02, Outcome.TIMEOUT)],
+)
+def test_a_launch_not_ready_in_time_is_the_host_s_fault_only_when_the_host_starved_it(
+    tmp_path: Path, wait_share: float, outcome: Outcome
+) -> None:
+    timeouts = FAST.model_copy(update={"startup_s": 1.5, "idle_log_s": 60.0})
+    flags = [*TINY, "--mem-fraction-static", "0.8"]
+    spec = _spec(tmp_path, flags, inject=("hang_at=load",), timeouts=timeouts)
+    watches: list[_Crowded] = []
+
+    def watch(pids: Callable[[], Sequence[int]]) -> _Crowded:
+        watches.append(_Crowded(wait_share, pids))
+        return watches[-1]
+
+    server = ServerProcess(spec, cpu_watch=watch)  # type: ignore[arg-type]
+    server.start()
+    failure = server.wait_ready()
+    assert isinstance(failure, Failure), failure
+    assert failure.outcome is outcome
+    assert failure.message.startswith("not ready after 2 s")
+    assert ("starved the server" in failure.message) is (outcome is Outcome.INFRA_ERROR)
+    assert watches[0].asked and server.pid in watches[0].asked[-1], "not judged on the server's own processes"
     _assert_clean(server, spec, tmp_path)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tuner.bench.settings import SelfCheckSettings
+from tuner.host import task_schedstat
 
 LAG_PROBE_S = 0.010  # the probe sleeps this long and records how late it wakes
 CLIENT_CORES = 1  # one process, one event loop: at most one core of useful work
@@ -85,12 +86,7 @@ def judge(
 
 def read_schedstat(tid: int) -> tuple[int, int] | None:
     """(ns on a CPU, ns waiting in the run queue) of one thread, or None where Linux does not say."""
-    try:
-        with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as fh:
-            run_ns, wait_ns, *_ = fh.read().split()
-        return int(run_ns), int(wait_ns)
-    except (OSError, ValueError):
-        return None
+    return task_schedstat("self", tid)
 
 
 class LoopLagProbe:

@@ -23,6 +23,7 @@ import httpx
 
 from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts
 from tuner.errors import LaunchError
+from tuner.host import CpuWatch
 from tuner.private import open_private, private_dir
 from tuner.sglang import logs
 from tuner.sglang.auth import auth_from_argv, httpx_auth
@@ -47,6 +48,10 @@ __all__ = ["ServerProcess", "captured_sizes", "decode_graphs", "max_running", "s
 log = logging.getLogger(__name__)
 
 TAIL_LINES = 4000
+# A watchdog's verdict (not ready in time, silent too long) is the host's, not the configuration's, when
+# the server's processes waited in the run queue past this share of their runnable time on a host with
+# more runnable tasks than CPUs (the share at which the benchmark's self-check calls its client starved)
+STARVED_WAIT_SHARE = 0.2
 
 
 class ServerProcess:
@@ -58,9 +63,11 @@ class ServerProcess:
         *,
         clock: Callable[[], float] = time.monotonic,
         scrub: Callable[[str], str] | None = None,
+        cpu_watch: Callable[[Callable[[], Sequence[int]]], CpuWatch] = CpuWatch,
     ) -> None:
         self.spec = spec
         self._clock = clock
+        self._cpu = cpu_watch(self.our_pids)  # how much the host keeps the server's processes from a CPU
         self._scrub = scrub  # applied to every line before it is kept or written (secrets the server echoes)
         self._lock = threading.Lock()
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -208,6 +215,7 @@ class ServerProcess:
                 if failure is not None:
                     return failure
                 now = self._clock()
+                self._cpu.sample(now)
                 if now - self._started_at > t.startup_s:
                     return self._watchdog_failure(Outcome.TIMEOUT, f"not ready after {t.startup_s:.0f} s")
                 idle = now - (self._last_line_at or now)
@@ -294,7 +302,16 @@ class ServerProcess:
         )
 
     def _watchdog_failure(self, outcome: Outcome, message: str) -> Failure:
+        """The watchdog's failure; an infrastructure error instead when the host starved the server of
+        CPU time (a busy machine slows every stage of a launch: no configuration is to blame)."""
         tail = "\n".join(self.lines()[-30:])
+        pressure = self._cpu.pressure(self._clock())
+        if pressure is not None and pressure.starved(STARVED_WAIT_SHARE):
+            outcome = Outcome.INFRA_ERROR
+            message = (
+                f"{message} on a host that starved the server ({pressure.describe()}): "
+                "not the configuration's fault"
+            )
         return Failure(outcome=outcome, phase=Phase.LAUNCH, message=message, excerpt=tail, exit_code=None)
 
     # -- stop -----------------------------------------------------------------------------------
