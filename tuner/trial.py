@@ -31,7 +31,7 @@ from tuner.config import (
     TrialConfig,
 )
 from tuner.errors import FlagError, GpuBusyError, LaunchError, ReleaseTimeoutError
-from tuner.gate.checks import GateResult
+from tuner.gate.checks import GateResult, GateVerdict
 from tuner.gpu.sampler import MemorySampler, check_gpus_free, wait_for_release
 from tuner.interrupts import INTERRUPTS
 from tuner.result import TrialResult
@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 BusyPolicy = Literal["wait", "fail", "ignore"]
+# How long a stage whose requests failed waits for the server's exit to be seen before the failure is
+# judged the configuration's (a server killed from outside is the machine's fault, not its own)
+DEATH_NOTICE_S = 2.0
+REQUESTS_FAILED = frozenset({Outcome.BENCH_FAILED, Outcome.BENCH_ERRORS, Outcome.HANG})  # a death can cause
 
 def run_trial(
     config: TrialConfig, ctx: TrialContext, *, label: str, prepared: LaunchSpec | Failure | None = None
@@ -247,6 +251,9 @@ class _TrialRun:
         )
         self.gate_result = result
         INTERRUPTS.check()  # a gate cut short by a stop request says nothing about the configuration
+        if result.verdict is GateVerdict.ERROR:
+            # a request cut off by the server's death can come back before the waiter sees the exit
+            server.died.wait(DEATH_NOTICE_S)
         if server.died.is_set():
             return self._died(Phase.GATE)
         if result.passed:
@@ -277,6 +284,9 @@ class _TrialRun:
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
         failure = bench_failure(result, space.bench)
+        if failure is not None and failure.outcome in REQUESTS_FAILED:
+            server.died.wait(DEATH_NOTICE_S)  # failed requests may be a death not yet seen, as in the gate
+            return self._died(Phase.BENCH) if server.died.is_set() else failure
         if failure is not None:
             return failure
         short = short_window(result)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tuner.config import CudaGraph, Outcome
 from tuner.engine import engine_for, probe_for
+from tuner.gate.checks import GateResult, GateVerdict
 from tuner.session import TrialContext
 from tuner.space.loader import config_from_params, load_space
 from tuner.trial import run_trial
@@ -54,3 +59,28 @@ def test_the_capture_list_is_the_resolved_one(tmp_path: Path) -> None:
     load = result.gate.load if result.gate is not None else None
     assert load is not None and load.target == 2 and load.client == 2  # the space's burst_size: 2
     assert load.server is not None and 2 <= load.server <= 2 + 1  # the gate's own burst, as batched
+
+
+def _kill(process: psutil.Process) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        process.send_signal(signal.SIGKILL)
+
+
+def test_a_server_killed_from_outside_during_the_gate_is_the_machine_s_fault_not_a_gate_error(
+    tmp_path: Path,
+) -> None:
+    """The gate's requests fail the moment the server is SIGKILLed, before its exit is seen: the trial
+    waits for the exit and classifies the death (no error line: infra_error), never a gate_error."""
+    ctx = _ctx(tmp_path)
+
+    def gate_cut_off(base_url: str, *_: object, **__: object) -> GateResult:
+        port = int(base_url.rsplit(":", 1)[1])
+        server = next(p for p in psutil.Process().children() if str(port) in " ".join(p.cmdline()))
+        threading.Timer(0.3, _kill, (server,)).start()  # the exit comes after the failed requests
+        return GateResult(verdict=GateVerdict.ERROR, reason="connection failed: reset", duration_s=0.0)
+
+    ctx = replace(ctx, gate=gate_cut_off)
+    params = {"mem-fraction-static": 0.8, "cuda_graph": "off", "chunked-prefill-size": None}
+    result = run_trial(config_from_params(ctx.space, params), ctx, label="killed")
+    assert result.outcome is Outcome.INFRA_ERROR, result.failure
+    assert result.failure is not None and result.failure.phase.value == "gate"
