@@ -181,5 +181,3 @@ class CpuWatch:
         if span < self.MIN_WINDOW_S or (run + wait) / 1e9 < self.MIN_DEMAND * span:
             return None
         return CpuPressure(wait_share=wait / (run + wait), load_per_cpu=self._load())
-
-
