@@ -21,6 +21,9 @@ import psutil
 from tuner.errors import PortInUseError
 
 HOSTNAME_ENV = "TUNER_HOSTNAME"
+# Starved: a process (group) waited in the run queue past this share of its runnable time (the benchmark
+# client's self-check default, and the launch watchdogs' threshold)
+STARVED_WAIT_SHARE = 0.2
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -107,7 +110,7 @@ class CpuPressure:
     wait_share: float  # run-queue wait / (run + wait), summed over the group's threads over a window
     load_per_cpu: float  # the 1-minute load average over the CPUs this process may use
 
-    def starved(self, wait_share: float) -> bool:
+    def starved(self, wait_share: float = STARVED_WAIT_SHARE) -> bool:
         """Other work kept the group waiting: past `wait_share` of its runnable time and more runnable
         tasks than CPUs (a group that crowds its own threads onto few CPUs is not starved by the host)."""
         return self.wait_share > wait_share and self.load_per_cpu > 1.0

@@ -60,6 +60,7 @@ BusyPolicy = Literal["wait", "fail", "ignore"]
 DEATH_NOTICE_S = 2.0
 REQUESTS_FAILED = frozenset({Outcome.BENCH_FAILED, Outcome.BENCH_ERRORS, Outcome.HANG})  # a death can cause
 
+
 def run_trial(
     config: TrialConfig, ctx: TrialContext, *, label: str, prepared: LaunchSpec | Failure | None = None
 ) -> TrialResult:
@@ -251,10 +252,7 @@ class _TrialRun:
         )
         self.gate_result = result
         INTERRUPTS.check()  # a gate cut short by a stop request says nothing about the configuration
-        if result.verdict is GateVerdict.ERROR:
-            # a request cut off by the server's death can come back before the waiter sees the exit
-            server.died.wait(DEATH_NOTICE_S)
-        if server.died.is_set():
+        if self._server_died(requests_failed=result.verdict is GateVerdict.ERROR):
             return self._died(Phase.GATE)
         if result.passed:
             return None
@@ -284,11 +282,9 @@ class _TrialRun:
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
         failure = bench_failure(result, space.bench)
-        if failure is not None and failure.outcome in REQUESTS_FAILED:
-            server.died.wait(DEATH_NOTICE_S)  # failed requests may be a death not yet seen, as in the gate
-            return self._died(Phase.BENCH) if server.died.is_set() else failure
         if failure is not None:
-            return failure
+            failed = failure.outcome in REQUESTS_FAILED
+            return self._died(Phase.BENCH) if self._server_died(requests_failed=failed) else failure
         short = short_window(result)
         if short is not None:
             log.warning("%s: %s", self.label, short)
@@ -297,6 +293,14 @@ class _TrialRun:
         if starved is not None:
             self.warnings.append(starved)
         return None
+
+    def _server_died(self, *, requests_failed: bool) -> bool:
+        """Whether the server died during the stage; after failed requests, waiting up to DEATH_NOTICE_S
+        for the exit (requests cut off by a death can come back before the waiter sees it)."""
+        assert self.server is not None
+        if requests_failed:
+            self.server.died.wait(DEATH_NOTICE_S)
+        return self.server.died.is_set()
 
     def _died(self, phase: Phase) -> Failure:
         assert self.server is not None

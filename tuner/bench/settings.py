@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationInfo, model_validator
 
+from tuner.host import STARVED_WAIT_SHARE
 from tuner.settings import Duration, Settings, mistake, non_empty, space_dir
 
 MAX_LEN = 1 << 20  # tokens of one prompt or answer: more than any released context window
@@ -104,7 +105,8 @@ class SelfCheckSettings(Settings):
 
     cpu_share: float = Field(default=0.7, gt=0.0, le=1.0)  # client CPU time / wall: above, client-bound
     loop_lag_p99_s: Duration = Field(default=0.005, gt=0, validation_alias="loop_lag_p99")
-    starved_wait_share: float = Field(default=0.2, gt=0.0, le=1.0)  # run-queue wait / runnable time
+    # run-queue wait / runnable time: past it, the client was starved
+    starved_wait_share: float = Field(default=STARVED_WAIT_SHARE, gt=0.0, le=1.0)
     # starved: noisy only past this lag (calibrated: below it repeats agreed, see bench/selfcheck.py)
     noisy_lag_p99_s: Duration = Field(default=0.025, gt=0, validation_alias="noisy_lag_p99")
     min_samples: int = Field(default=50, ge=1)  # lag samples (10 ms each) before judging at all

@@ -48,10 +48,6 @@ __all__ = ["ServerProcess", "captured_sizes", "decode_graphs", "max_running", "s
 log = logging.getLogger(__name__)
 
 TAIL_LINES = 4000
-# A watchdog's verdict (not ready in time, silent too long) is the host's, not the configuration's, when
-# the server's processes waited in the run queue past this share of their runnable time on a host with
-# more runnable tasks than CPUs (the share at which the benchmark's self-check calls its client starved)
-STARVED_WAIT_SHARE = 0.2
 
 
 class ServerProcess:
@@ -303,10 +299,11 @@ class ServerProcess:
 
     def _watchdog_failure(self, outcome: Outcome, message: str) -> Failure:
         """The watchdog's failure; an infrastructure error instead when the host starved the server of
-        CPU time (a busy machine slows every stage of a launch: no configuration is to blame)."""
+        CPU time (tuner.host.CpuPressure.starved: a busy machine slows every stage of a launch, no
+        configuration is to blame)."""
         tail = "\n".join(self.lines()[-30:])
         pressure = self._cpu.pressure(self._clock())
-        if pressure is not None and pressure.starved(STARVED_WAIT_SHARE):
+        if pressure is not None and pressure.starved():
             outcome = Outcome.INFRA_ERROR
             message = (
                 f"{message} on a host that starved the server ({pressure.describe()}): "
