@@ -299,3 +299,71 @@ def test_a_post_that_starts_inside_a_traceback_opens_it_at_its_first_frame() -> 
         wrapped = lines if prefix is None else [apply_prefix(prefix, line, n) for n, line in enumerate(lines)]
         outcome, message, stage = classify(wrapped)
         assert outcome is Outcome.CRASHED and stage == "serving", (prefix, message)
+
+
+# ProcessGroupNCCL's watchdog (torch_npu's ProcessGroupHCCL prints the same words).
+COLLECTIVE_TIMEOUT = (
+    "[rank0]:[E207 10:12:09.321131395 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600022 milliseconds before timing out."
+)
+
+
+@pytest.mark.parametrize(
+    ("lines", "phase", "stage"),
+    [
+        ([*HEAD, COLLECTIVE_TIMEOUT], Phase.LAUNCH, "load"),  # a rank that never joined the first collective
+        ([*SERVING, COLLECTIVE_TIMEOUT], Phase.BENCH, "serving"),
+    ],
+)
+def test_a_collective_that_timed_out_is_a_hang_in_the_stage_the_log_shows(
+    lines: list[str], phase: Phase, stage: str
+) -> None:
+    outcome, message, got = classify(lines, phase=phase)
+    assert outcome is Outcome.HANG
+    assert got == stage
+    assert "a collective never completed" in message
+
+
+def test_the_runtime_refusing_an_operation_during_a_capture_proves_the_capture_stage() -> None:
+    line = "torch.AcceleratorError: HIP error: operation not permitted when stream is capturing"
+    outcome, _, stage = classify([*HEAD, *tb(line), *TEARDOWN])
+    assert (outcome, stage) == (Outcome.CAPTURE_FAILED, "capture")
+    # While serving the same words prove nothing of a capture: the stage stays the log's.
+    outcome, _, stage = classify([*SERVING, *tb(line), *TEARDOWN], phase=Phase.BENCH)
+    assert (outcome, stage) == (Outcome.CRASHED, "serving")
+
+
+def test_a_failed_warmup_request_is_the_warmup_stage() -> None:
+    lines = [
+        *HEAD,
+        "[2026-05-01 10:01:08 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 300000, KV size: 30.00 GB",
+        "[2026-05-01 10:01:30] Initialization failed. warmup error: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/entrypoints/http_server.py", line 1566, in _execute_server_warmup',
+        "AssertionError: Internal server error",
+    ]
+    outcome, _, stage = classify(lines)
+    assert (outcome, stage) == (Outcome.CRASHED, "warmup")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "KeyError: \"Unknown GPU architecture: gfx1101. Supported architectures: ['native', 'gfx90a', 'gfx942']\"",
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 196608, Hardware limit: 65536. Reducing block sizes or `num_stages` may help.",
+        'loc("/tmp/k/kernel.ttadapter.mlir":2:3): error: ub overflow, requires 2097152 bits while 1572864 bits available!',
+    ],
+)
+def test_a_kernel_that_cannot_run_on_this_device_is_unsupported(line: str) -> None:
+    outcome, _, _ = classify([*HEAD, *tb(line), *TEARDOWN])
+    assert outcome is Outcome.UNSUPPORTED
+
+
+def test_flashinfers_own_cuda_error_line_names_the_failure_and_its_backend() -> None:
+    line = (
+        "CUDA Error: an illegal memory access was encountered (700) "
+        "/usr/lib/python3/site-packages/flashinfer/data/include/flashinfer/attention/prefill.cuh: line 2313 at function cudaLaunchKernel"
+    )
+    v = classify_failure([*SERVING, line, *TEARDOWN], exit_code=-9, phase=Phase.BENCH)
+    assert v.outcome is Outcome.CRASHED
+    assert "illegal memory access" in v.message
+    assert v.backend == "flashinfer"

@@ -60,6 +60,7 @@ _FORWARD_METHOD = re.compile(r"_forward_(\w+)")
 _LIBRARY = (
     (re.compile(r"TllmGen|trtllm[/_]|fmhaRunner", re.I), "trtllm"),
     (re.compile(r"flash_mla|FlashMLA"), "flashmla"),
+    (re.compile(r"include/flashinfer/attention/"), "flashinfer"),  # FlashInfer's attention kernel headers
 )
 _PREFILL_HINT = re.compile(r"prefill|extend|piecewise", re.I)
 _DECODE_HINT = re.compile(r"decode|cuda_graph_runner|capture_one_batch_size", re.I)

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from tuner.config import Outcome, Phase
 from tuner.sglang.log_blame import TRACEBACK_START, blame_backend, block_bounds, frames
-from tuner.sglang.log_devices import DEVICE_FAULT, OOM, UNSUPPORTED
+from tuner.sglang.log_devices import CAPTURE_PROTOCOL, DEVICE_FAULT, OOM, UNSUPPORTED
 from tuner.sglang.log_events import FailureKind, FailureLine, FailureVerdict
 from tuner.sglang.log_excerpt import MAX_EXCERPT as _MAX_EXCERPT
 from tuner.sglang.log_excerpt import excerpt as _excerpt
@@ -95,6 +95,8 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     direct = raised_at(clean[start:end] if cut else clean[start : i + 1])
     event = by_site(event, None if event.fault else direct)
     stage = _stage(before, phase, frames_say, event.kind)
+    if stage != "under load" and any(CAPTURE_PROTOCOL.search(line) for line in clean[start:end]):
+        stage = "at capture"  # the runtime refused an operation because a graph capture was under way
     outcome, message = verdict(event, stage, exit_code, before_load=before.stage == "start")
     # A bad flag's line lists the choices it had: naming one of them blames no backend.
     backend, role = (

@@ -83,6 +83,12 @@ UNSUPPORTED = re.compile(
         r"ptxas fatal\s*: Value '?sm_\d+\w*'? is not defined",
         r"no kernel image is available for execution|cudaErrorNoKernelImageForDevice",
         r"\b(?:UR_RESULT_ERROR_INVALID_BINARY|PI_ERROR_INVALID_BINARY)\b|No kernel named \S+ was found",
+        # a kernel library's own table of the GPUs it builds for (aiter's chip_info: `gfx...`)
+        r"Unknown GPU architecture: gfx\w+",
+        # a Triton kernel whose tiles need more shared memory (LDS) than this GPU has
+        r"out of resource: shared memory, Required: \d+, Hardware limit: \d+",
+        # ... and triton-ascend's (BiSheng): a tile past the NPU core's unified buffer
+        r"ub overflow, requires \d+ bits while \d+ bits available",
         *MINED.get("unsupported", ()),
     )
 )
@@ -106,9 +112,20 @@ DEVICE_FAULT = re.compile(
     re.I | re.M,
 )
 
+# The runtime refusing an operation because a CUDA/HIP graph capture is under way (cudaErrorStreamCapture*,
+# cudaErrorCapturedEvent and HIP's twins, by their strings or names): proof of the capture stage, and a
+# kernel or library doing what a capture forbids -- not a capture that ran out of memory.
+CAPTURE_PROTOCOL = re.compile(
+    r"operation not permitted when stream is capturing|operation failed due to a previous error during capture"
+    r"|operation not permitted on an event last recorded in a capturing stream"
+    r"|operation would make the legacy stream depend on a capturing blocking stream"
+    r"|\b(?:cuda|hip)Error(?:StreamCapture\w+|CapturedEvent)\b"
+)
+
 # A line that is a device runtime's error (no class of its own unless one of the above says more).
 DEVICE_ERROR_LINE = (
     rf"(?:[\w.]+(?:Error|Exception): )?{_DEVICE} error: .*",
+    r"^CUDA Error: .*",  # FlashInfer's FLASHINFER_CUDA_CALL: `CUDA Error: <string> (<code>) <file>: line N`
     r".*device-side assert triggered.*",
     r".*\bNPU function error: .*",
     r".*ACL stream synchronize failed.*",

@@ -154,6 +154,7 @@ class FailureKind(str, Enum):
     NAN = "nan"
     WATCHDOG = "watchdog"
     NCCL_ERROR = "nccl_error"
+    COLLECTIVE_TIMEOUT = "collective_timeout"  # torch's process-group watchdog: a collective never completed
     CUDA_ERROR = "cuda_error"
     EXCEPTION = "exception"
     CHILD_EXCEPTION = "child_exception"

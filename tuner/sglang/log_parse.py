@@ -113,6 +113,9 @@ _FAILURES = (
         r"^(?:[\w.]+(?:Error|Exception): )?NCCL error: .*",  # not the `raise` line above it
         r"\bnccl(?:InternalError|UnhandledCudaError|SystemError)\b.*",
     ),
+    # ProcessGroupNCCL's watchdog (torch_npu's HCCL one copies it): a rank waited out a collective's
+    # timeout; the watchdog then takes the process down. A hang: some rank never joined the collective.
+    _signature(FailureKind.COLLECTIVE_TIMEOUT, True, r"(Watchdog caught collective operation timeout\b.*)"),
     _signature(FailureKind.MEMORY_IMBALANCE, True, r"The memory capacity is unbalanced.*"),
     _signature(FailureKind.ENVIRONMENT, True, *(f".*(?:{p}).*" for p in ENVIRONMENT_LINE)),
     _signature(

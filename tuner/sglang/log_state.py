@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,10 @@ from tuner.sglang.log_events import (
 )
 from tuner.sglang.log_parse import parse_line
 from tuner.sglang.log_prefix import strip_prefixes
+
+
+# The launcher's report of its own warmup request failing (http_server._execute_server_warmup).
+_WARMUP_FAILED = re.compile(r"Initialization failed\. warmup error")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,5 +122,8 @@ class LogState:
         if isinstance(event, FailureLine):
             nan = (*self.nan_lines, event.line) if event.kind is FailureKind.NAN else self.nan_lines
             fatal = self.first_fatal if self.first_fatal is not None or not event.fatal else event.line
-            return replace(self, nan_lines=nan, first_fatal=fatal)
+            stage = self.stage
+            if event.kind is FailureKind.INIT_FAILED and _WARMUP_FAILED.search(event.line):
+                stage = "warmup" if stage in ("start", "load", "kv", "capture") else stage
+            return replace(self, nan_lines=nan, first_fatal=fatal, stage=stage)
         return self

@@ -79,6 +79,8 @@ def verdict(
         return Outcome.NAN, f"NaN in the model's output {stage}: {detail}"
     if kind in (FailureKind.WATCHDOG, FailureKind.HEALTH_CHECK_FAILED):
         return Outcome.HANG, f"server hung {stage}: {detail}"
+    if kind is FailureKind.COLLECTIVE_TIMEOUT:
+        return Outcome.HANG, f"server hung {stage}: a collective never completed: {detail}"
     if kind is FailureKind.MEMORY_IMBALANCE:
         return Outcome.INFRA_ERROR, f"another process holds GPU memory: {detail}"
     if event.oom and not kind.is_teardown and not event.fault:
