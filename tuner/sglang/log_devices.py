@@ -113,10 +113,10 @@ DEVICE_FAULT = re.compile(
 )
 
 # The runtime refusing an operation because a CUDA/HIP graph capture is under way (cudaErrorStreamCapture*,
-# cudaErrorCapturedEvent and HIP's twins, by their strings or names): proof of the capture stage, and a
-# kernel or library doing what a capture forbids -- not a capture that ran out of memory.
+# cudaErrorCapturedEvent and HIP's twins, by their strings or names): proof of the capture stage.
 CAPTURE_PROTOCOL = re.compile(
-    r"operation not permitted when stream is capturing|operation failed due to a previous error during capture"
+    r"operation not permitted when stream is capturing"
+    r"|operation failed due to a previous error during capture"
     r"|operation not permitted on an event last recorded in a capturing stream"
     r"|operation would make the legacy stream depend on a capturing blocking stream"
     r"|\b(?:cuda|hip)Error(?:StreamCapture\w+|CapturedEvent)\b"

@@ -28,7 +28,6 @@ from tuner.sglang.log_events import (
 from tuner.sglang.log_parse import parse_line
 from tuner.sglang.log_prefix import strip_prefixes
 
-
 # The launcher's report of its own warmup request failing (http_server._execute_server_warmup).
 _WARMUP_FAILED = re.compile(r"Initialization failed\. warmup error")
 
