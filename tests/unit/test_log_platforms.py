@@ -367,3 +367,58 @@ def test_flashinfers_own_cuda_error_line_names_the_failure_and_its_backend() -> 
     assert v.outcome is Outcome.CRASHED
     assert "illegal memory access" in v.message
     assert v.backend == "flashinfer"
+
+
+def test_the_graph_runners_progress_bar_proves_a_capture_is_under_way() -> None:
+    lines = [
+        *HEAD,
+        "Capturing batches (bs=32 avail_mem=10.30 GB):   0%|          | 0/8 [00:00<?, ?it/s]",
+        *tb("RuntimeError: CUDA error: an unspecified launch failure"),
+    ]
+    assert classify(lines)[2] == "capture"
+
+
+def test_a_request_answered_proves_the_server_is_past_load() -> None:
+    lines = [
+        *HEAD,
+        '[2026-05-01 10:01:40] INFO:     127.0.0.1:47660 - "GET /model_info HTTP/1.1" 200 OK',
+        *tb("RuntimeError: something broke"),
+    ]
+    assert classify(lines)[2] == "warmup"
+
+
+@pytest.mark.parametrize(
+    ("line", "outcome"),
+    [
+        # 0.4's profiler found a negative KV budget: `Not enough memory` follows
+        (
+            "[2025-07-02 07:41:59 TP0] max_total_tokens=131072 is larger than the profiled value -561981. Use the profiled value instead.",
+            Outcome.NOT_ENOUGH_MEMORY,
+        ),
+        # the scheduler watchdog's py-spy dump, before its timeout line (cut here)
+        ("[2025-11-05 10:18:51] Pyspy dump for PID 499:", Outcome.HANG),
+        # aiter's HIP_CALL and CANN's vector-core exception: device errors
+        (
+            "fail to call hipModuleLaunchKernel( kernel_func, gdx, gdy, gdz, bdx, 1, 1, 0, stream, nullptr, (void**)&config) ---> [HIP error](invalid argument)",
+            Outcome.CRASHED,
+        ),
+        ("       AIV Kernel happen error, retCode=0x31.[FUNC:GetError][FILE:stream.cc]", Outcome.CRASHED),
+        # a kernel library's JIT build failing: the kernel cannot be built on this install
+        ("RuntimeError: Ninja build failed", Outcome.UNSUPPORTED),
+    ],
+)
+def test_more_runtime_and_library_lines(line: str, outcome: Outcome) -> None:
+    assert classify([*SERVING, line, *TEARDOWN], phase=Phase.BENCH)[0] is outcome
+
+
+def test_a_crash_in_the_detokenizers_loop_is_under_load() -> None:
+    lines = [
+        *HEAD,
+        "[2026-05-01 10:02:09] DetokenizerManager hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/detokenizer_manager.py", line 275, in run_detokenizer_process',
+        "    manager.event_loop()",
+        '  File "/sgl/python/sglang/srt/managers/detokenizer_manager.py", line 110, in event_loop',
+        "    output = self._request_dispatcher(recv_obj)",
+        "IndexError: list index out of range",
+    ]
+    assert classify(lines)[2] == "serving"

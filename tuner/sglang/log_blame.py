@@ -24,6 +24,8 @@ _SERVING_FRAME = re.compile(
     r"|process_batch_result\w*|get_next_batch_to_run|update_running_batch|get_new_batch_prefill"
     r"|self_check_during_idle|on_idle|loop_for_forward|exposed_step|forward_step)\b"
     r"|managers/schedule_(?:batch|policy)\.py\""  # batches are built and admitted only while serving
+    # the detokenizer only ever handles outputs
+    r"|detokenizer_manager\.py\", line \d+,? in (?!run_detokenizer_process\b|__init__\b)\w+"
 )
 # A traceback's code line that calls the scheduler's event loop: initialisation is over, it serves.
 _SERVING_CALL = re.compile(r"^\s+(?:[\w.]+\.)?(?:run_event_loop|dispatch_event_loop|event_loop_\w+)\(")

@@ -55,6 +55,10 @@ _ARGPARSE_ERROR = re.compile(r"^\S+: error: (.+)$")
 _IMPORT_FAILURE = re.compile(
     r"^(?:[\w.]+\.)?(?:ImportError|ModuleNotFoundError)\b|Can ?not import|cannot import name|No module named"
 )
+# A kernel library's JIT build that failed on this machine (FlashInfer's, torch cpp_extension's ninja runs).
+_JIT_BUILD_FAILED = re.compile(
+    r"Ninja build failed|Error building extension '|ninja: build stopped: subcommand failed"
+)
 _ATTENTION_BUILD = re.compile(
     r"layers/attention/|attention_registry\.py|attention_backend_setup\.py"
     r"|\bin (?:init_attention_backends?|_get_attention_backend\w*|create_\w+_backend)\b"
@@ -106,6 +110,9 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
         name = backend or "attention"
         outcome = Outcome.UNSUPPORTED
         message = f"the {name} backend cannot be built here {stage}: {event.detail}"
+    elif outcome in (Outcome.CRASHED, Outcome.CAPTURE_FAILED) and _JIT_BUILD_FAILED.search(event.detail):
+        outcome = Outcome.UNSUPPORTED  # the kernel the configuration needs cannot be compiled on this install
+        message = f"a kernel could not be built here {stage}: {event.detail}"
     return FailureVerdict(
         outcome=outcome,
         message=_one_line(message),

@@ -106,6 +106,8 @@ DEVICE_FAULT = re.compile(
         r"AICore execution error|aicore (?:exception|error)",
         r"\bUR_RESULT_ERROR_DEVICE_LOST\b|\bPI_ERROR_DEVICE_LOST\b|CUBLAS_STATUS_EXECUTION_FAILED",
         r"^\[ASSERT\] \S+:\d+: Assertion",  # an AscendC kernel's assertion, printed by the device
+        # CANN's report of a vector / cube core exception (an address the kernel may not touch, ...)
+        r"there is an? (?:exception of )?(?:aivec|aicore|aicpu|aic|aiv)\w* error|AI[CV] Kernel happen error",
         *MINED.get("fault", ()),
         *MINED.get("abort", ()),
     ),
@@ -132,6 +134,8 @@ DEVICE_ERROR_LINE = (
     r".*\bHSA_STATUS_ERROR_\w+.*",
     *(f".*(?:{p}).*" for p in MINED.get("abort", ())),
     r".*\bhipError(?!Success)\w+.*",
+    r".*---> \[HIP error\]\(.*",  # aiter's HIP_CALL: `fail to call hipX(...) ---> [HIP error](...)`
+    r".*\bAI[CV] Kernel happen error.*",
     r".*\bUR_RESULT_ERROR_\w+.*",
     r"^\[ASSERT\] \S+:\d+: Assertion .*",
 )

@@ -98,6 +98,16 @@ class HttpUp:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class HttpServed:
+    """An HTTP access line (`"GET /model_info HTTP/1.1" 200`): the HTTP server is up and answering."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureProgress:
+    """The graph runner's progress bar (`Capturing batches (bs=32 avail_mem=10.30 GB)`): a capture runs."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Ready:
     """`The server is fired up and ready to roll!`"""
 
@@ -230,6 +240,8 @@ LogEvent: TypeAlias = (
     | CaptureEnd
     | KvSummary
     | HttpUp
+    | HttpServed
+    | CaptureProgress
     | Ready
     | DecodeBatch
     | PrefillBatch

@@ -12,10 +12,12 @@ from tuner.sglang.log_devices import DEVICE_ERROR_LINE, DEVICE_FAULT, ENVIRONMEN
 from tuner.sglang.log_events import (
     CaptureBegin,
     CaptureEnd,
+    CaptureProgress,
     DecodeBatch,
     Deprecation,
     FailureKind,
     FailureLine,
+    HttpServed,
     HttpUp,
     KvCacheAllocated,
     KvRetraction,
@@ -116,6 +118,12 @@ _FAILURES = (
     # ProcessGroupNCCL's watchdog (torch_npu's HCCL one copies it): a rank waited out a collective's
     # timeout; the watchdog then takes the process down. A hang: some rank never joined the collective.
     _signature(FailureKind.COLLECTIVE_TIMEOUT, True, r"(Watchdog caught collective operation timeout\b.*)"),
+    # 0.4's profiler: the KV budget it measured is negative, and `Not enough memory` is raised next
+    _signature(
+        FailureKind.NOT_ENOUGH_MEMORY,
+        True,
+        r"(max_total_tokens=\d+ is larger than the profiled value -\d+.*)",
+    ),
     _signature(FailureKind.MEMORY_IMBALANCE, True, r"The memory capacity is unbalanced.*"),
     _signature(FailureKind.ENVIRONMENT, True, *(f".*(?:{p}).*" for p in ENVIRONMENT_LINE)),
     _signature(
@@ -138,6 +146,8 @@ _FAILURES = (
         FailureKind.WATCHDOG, True, r"(?:^|\S+ )[Ww]atchdog timeout \(self\.watchdog_timeout=[^,()]*\).*"
     ),
     _signature(FailureKind.WATCHDOG, False, r"\S+ watchdog timeout \(.*"),
+    # the watchdog's py-spy dump of the stuck process, printed before its `watchdog timeout` line
+    _signature(FailureKind.WATCHDOG, False, r"(Pyspy dump for PID \d+.*)"),
     _signature(FailureKind.CUDA_ERROR, True, *DEVICE_ERROR_LINE),
     _signature(
         FailureKind.CHILD_EXCEPTION,
@@ -176,6 +186,8 @@ _CAPTURE = re.compile(r"Capture (.*?)(?:cuda|CUDA) graph (begin|end)\.(.*)$")
 _SUMMARY = re.compile(r"max_total_num_tokens=(\d+)")
 _UVICORN = re.compile(r"Uvicorn running on https?://(\[[^\]]+\]|[^\s:/]+):(\d+)")
 _READY = re.compile(r"The server is fired up and ready to roll!")
+_ACCESS = re.compile(r'"(?:GET|POST|PUT|DELETE|HEAD) /\S* HTTP/[\d.]+" \d{3}\b')  # uvicorn's access log
+_CAPTURING = re.compile(r"Capturing batches \(bs=\d+")  # the graph runner's tqdm description
 _BATCH = re.compile(r"(?:Decode|Prefill) batch\b")
 _DECODE = re.compile(r"Decode batch\b[^,#]*,?\s*(.*)$")
 _PREFILL = re.compile(r"Prefill batch\b[^,#]*,?\s*(.*)$")
@@ -368,6 +380,10 @@ def _lifecycle(msg: str) -> LogEvent | None:
         return HttpUp(host=m.group(1).strip("[]"), port=int(m.group(2)))
     if _READY.search(msg):
         return Ready()
+    if _ACCESS.search(msg):
+        return HttpServed()
+    if _CAPTURING.search(msg):
+        return CaptureProgress()
     if m := _RETRACT.search(msg):
         f = _fields(m.group(1))
         return KvRetraction(

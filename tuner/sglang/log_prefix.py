@@ -21,6 +21,7 @@ _RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 FORMATS: dict[str, re.Pattern[str]] = {
     "cri": re.compile(rf"^{_RFC3339} (?:stdout|stderr) [FP](?: |$)"),
     "rfc3339": re.compile(rf"^{_RFC3339}(?: |\t|$)"),
+    "bracketed": re.compile(rf"^\[{_RFC3339}\](?: |$)"),  # CI runners' (`[2025-11-06T02:10:00.702Z] `)
     "console": re.compile(rf"^\d{{10,13}}\t{_RFC3339}\t"),
     "cloud": re.compile(
         rf"^(?:DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|ALERT|EMERGENCY) {_RFC3339}"
@@ -61,6 +62,7 @@ def apply_prefix(name: str, line: str, n: int = 0) -> str:
     return {
         "cri": f"{stamp} stderr F {line}",
         "rfc3339": f"{stamp} {line}",
+        "bracketed": f"[{stamp}] {line}",
         "console": f"1777629600{n % 1000:03d}\t{stamp}\t{line}",
         "cloud": f"ERROR {stamp} [severity: ERROR] {line}",
         "ray": f"(SGLangEngine pid=2776955) {line}",

@@ -9,10 +9,12 @@ from dataclasses import dataclass, replace
 from tuner.sglang.log_events import (
     CaptureBegin,
     CaptureEnd,
+    CaptureProgress,
     DecodeBatch,
     Deprecation,
     FailureKind,
     FailureLine,
+    HttpServed,
     HttpUp,
     KvCacheAllocated,
     KvRetraction,
@@ -108,6 +110,10 @@ class LogState:
         if isinstance(event, HttpUp):  # HTTP binds once every scheduler is initialised
             stage = "warmup" if self.stage in ("start", "load", "kv", "capture") else self.stage
             return replace(self, stage=stage, http_up=True, port=event.port)
+        if isinstance(event, CaptureProgress):
+            return replace(self, stage="capture") if self.stage in ("start", "load", "kv") else self
+        if isinstance(event, HttpServed):  # a request answered: past load and capture
+            return replace(self, stage="warmup") if self.stage in ("start", "load", "kv", "capture") else self
         if isinstance(event, Ready):
             return replace(self, stage="ready", ready_seen=True)
         if isinstance(event, DecodeBatch):
