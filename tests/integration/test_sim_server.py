@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import time
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+import support.sim as sim_support
 
 from tuner.sim import perf
 from tuner.sim.scenario import load_scenario
@@ -244,3 +247,25 @@ def test_tiny_sustains_thousands_of_sse_tokens_per_second(sim_factory):
     )
     assert events == tokens == 64 * 64  # every token streamed as its own event, none lost
     assert seconds > 0  # the speed target (> 2000 tokens/s) is a benchmark: benchmarks/sim_sse_rate.py
+
+
+def test_a_sim_whose_port_was_taken_before_its_bind_starts_again_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port is picked free and bound only once the server is ready (as SGLang does): another
+    process may take it between the two, and the helper then starts the simulator on a fresh port."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        picks = iter([taken])
+        fresh = sim_support.free_port
+        monkeypatch.setattr(sim_support, "free_port", lambda: next(picks, None) or fresh())
+        sim = sim_support.Sim(TINY, tmp_path)
+        try:
+            sim.wait_ready()
+            assert sim.port != taken
+            assert httpx.get(sim.url + "/health", timeout=5).status_code == 200
+        finally:
+            sim.kill()
+        assert "error while attempting to bind on address" in (tmp_path / f"sim-{taken}.log").read_text()

@@ -33,17 +33,26 @@ def poll(condition: Callable[[], object], timeout_s: float, what: str, interval_
         time.sleep(interval_s)
 
 
+PORT_RETRIES = 3  # fresh ports tried when another process takes the chosen one before the bind
+
+
 class Sim:
     """One simulator process: its own session, a log file, a port and a state dir."""
 
+    _restarts = 0
+
     def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
+        self._args, self._tmp, self._env = args, tmp, env
+        self._start()
+
+    def _start(self) -> None:
         self.port = free_port()
-        self.state_dir = tmp / f"state-{self.port}"
-        self.log_path = tmp / f"sim-{self.port}.log"
+        self.state_dir = self._tmp / f"state-{self.port}"
+        self.log_path = self._tmp / f"sim-{self.port}.log"
         full_env = dict(os.environ)
         full_env.update({"TUNER_SIM_STATE_DIR": str(self.state_dir), "PYTHONUNBUFFERED": "1"})
-        full_env.update(env or {})
-        self.argv = [sys.executable, "-m", "tuner.sim", "--port", str(self.port), *args]
+        full_env.update(self._env or {})
+        self.argv = [sys.executable, "-m", "tuner.sim", "--port", str(self.port), *self._args]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - open for the process's life; kill() closes it
         self.proc = subprocess.Popen(
             self.argv,
@@ -55,11 +64,21 @@ class Sim:
         )
         self.url = f"http://127.0.0.1:{self.port}"
 
+    def _lost_its_port(self) -> bool:
+        """The simulator exited because another process took its port between the pick and the bind
+        (the port is chosen free, then bound only once the server is ready, as SGLang does)."""
+        return self.proc.poll() is not None and "error while attempting to bind on address" in self.log()
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:
         def ok() -> bool:
+            if self._lost_its_port() and self._restarts < PORT_RETRIES:
+                self._restarts += 1
+                self.kill()
+                self._start()
+                return False
             if self.proc.poll() is not None:
                 raise AssertionError(f"sim exited {self.proc.returncode} before ready:\n{self.log()[-3000:]}")
             try:
