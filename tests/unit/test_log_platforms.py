@@ -422,3 +422,30 @@ def test_a_crash_in_the_detokenizers_loop_is_under_load() -> None:
         "IndexError: list index out of range",
     ]
     assert classify(lines)[2] == "serving"
+
+
+def test_an_exception_line_with_a_full_width_colon_is_an_error_line() -> None:
+    outcome, message, _ = classify([*SERVING, "RuntimeError：E19999: Inner Error!", *TEARDOWN], phase=Phase.BENCH)
+    assert outcome is Outcome.CRASHED
+    assert "E19999" in message
+
+
+def test_a_kernels_assert_is_a_device_fault_named_in_the_message() -> None:
+    line = (
+        '../aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread: [4,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.'
+    )
+    outcome, message, _ = classify([*SERVING, line, *TEARDOWN], phase=Phase.BENCH)
+    assert outcome is Outcome.CRASHED
+    assert "index out of bounds" in message
+
+
+def test_nvshmems_transport_errors_are_errors_of_the_server() -> None:
+    line = "/sgl-workspace/nvshmem/src/host/init/init.cu:1007: non-zero status: 7 nvshmem setup connections failed"
+    outcome, message, _ = classify([*HEAD, line, *TEARDOWN])
+    assert outcome is Outcome.CRASHED
+    assert "nvshmem setup connections failed" in message
+
+
+def test_a_library_built_for_another_torch_is_the_environment() -> None:
+    line = "ERROR! Intel® Extension for PyTorch* needs to work with PyTorch 2.6.*, but PyTorch 2.7.0+cu126 is found. Please switch to the matching version and run again."
+    assert classify([*HEAD, line], exit_code=1)[0] is Outcome.ENVIRONMENT

@@ -106,6 +106,7 @@ DEVICE_FAULT = re.compile(
         r"AICore execution error|aicore (?:exception|error)",
         r"\bUR_RESULT_ERROR_DEVICE_LOST\b|\bPI_ERROR_DEVICE_LOST\b|CUBLAS_STATUS_EXECUTION_FAILED",
         r"^\[ASSERT\] \S+:\d+: Assertion",  # an AscendC kernel's assertion, printed by the device
+        r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # a CUDA/HIP kernel's assert()
         # CANN's report of a vector / cube core exception (an address the kernel may not touch, ...)
         r"there is an? (?:exception of )?(?:aivec|aicore|aicpu|aic|aiv)\w* error|AI[CV] Kernel happen error",
         *MINED.get("fault", ()),
@@ -138,6 +139,7 @@ DEVICE_ERROR_LINE = (
     r".*\bAI[CV] Kernel happen error.*",
     r".*\bUR_RESULT_ERROR_\w+.*",
     r"^\[ASSERT\] \S+:\d+: Assertion .*",
+    r".*block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `.*",
 )
 
 # The server crashing itself: Python's fault handler, the C runtime's abort, the HSA queue callback.
@@ -166,6 +168,8 @@ _ENVIRONMENT = (
     (r"\[Errno 12\] Cannot allocate memory", "the host is out of memory"),
     (r"\[Errno 28\] No space left on device|No space left on device", "a disk or /dev/shm is full"),
     (r"\[Errno 24\] Too many open files", "the open-file limit is too low"),
+    (r"Extension for PyTorch\* needs to work with PyTorch \S+, but PyTorch \S+ is found",
+     "the installed packages do not match (a library built for another torch)"),
     (r"uncorrectable ECC error|cudaErrorECCUncorrectable|\bXid \d+\b", "the GPU reported a hardware fault"),
     (r"no CUDA-capable device is detected|No CUDA GPUs are available"
      r"|CUDA-capable device\(s\) (?:is|are) busy or unavailable|cudaErrorDevicesUnavailable",

@@ -45,9 +45,13 @@ def strip_ansi(line: str) -> str:
     return _ANSI.sub("", line)
 
 
+# A full-width colon (U+FF1A), as CJK input writes `RuntimeError：...`: read as the ASCII one.
+_WIDE_COLON = re.compile("\uff1a ?")
+
+
 def clean_line(line: str) -> str:
     """The line as SGLang wrote it: no colour codes, no container or Ray prefix, no line end."""
-    return _OUTER.sub("", strip_ansi(line), count=1).rstrip("\r\n")
+    return _WIDE_COLON.sub(": ", _OUTER.sub("", strip_ansi(line), count=1).rstrip("\r\n"))
 
 
 def has_prefix(line: str) -> bool:
@@ -114,6 +118,9 @@ _FAILURES = (
         True,
         r"^(?:[\w.]+(?:Error|Exception): )?NCCL error: .*",  # not the `raise` line above it
         r"\bnccl(?:InternalError|UnhandledCudaError|SystemError)\b.*",
+        # NVSHMEM (DeepEP's transport): `.../nvshmem/src/...:N: non-zero status: 7 connect EPS failed`
+        r".*nvshmem/src/\S+: non-zero status: \d+ .*failed.*",
+        r".*\bnvshmem initialization failed.*",
     ),
     # ProcessGroupNCCL's watchdog (torch_npu's HCCL one copies it): a rank waited out a collective's
     # timeout; the watchdog then takes the process down. A hang: some rank never joined the collective.
