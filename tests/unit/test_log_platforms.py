@@ -449,3 +449,26 @@ def test_nvshmems_transport_errors_are_errors_of_the_server() -> None:
 def test_a_library_built_for_another_torch_is_the_environment() -> None:
     line = "ERROR! Intel® Extension for PyTorch* needs to work with PyTorch 2.6.*, but PyTorch 2.7.0+cu126 is found. Please switch to the matching version and run again."
     assert classify([*HEAD, line], exit_code=1)[0] is Outcome.ENVIRONMENT
+
+
+def test_a_kernels_own_compute_capability_check_is_unsupported() -> None:
+    line = "AssertionError: Only SM 10.x and 11.x are supported"
+    assert classify([*HEAD, *tb(line), *TEARDOWN])[0] is Outcome.UNSUPPORTED
+
+
+def test_the_bare_unrecognized_arguments_of_a_system_exit_is_a_bad_flag_only_in_that_form() -> None:
+    # SGLang's diffusion ServerArgs: SystemExit("error: unrecognized arguments: ..."), status 1
+    assert classify(["error: unrecognized arguments: --served-model-name m"], exit_code=1)[0] is Outcome.BAD_FLAG
+    # another program's argparse line with status 1 is not SGLang rejecting its flags
+    assert classify(["x.py: error: unrecognized arguments: --foo"], exit_code=1)[0] is Outcome.CRASHED
+
+
+@pytest.mark.parametrize(("lines", "phase", "outcome"), [
+    (HEAD, Phase.LAUNCH, Outcome.CAPTURE_FAILED),  # the piecewise graphs are captured at start-up
+    (SERVING, Phase.BENCH, Outcome.CRASHED),  # ... and the same words around a replay under load
+])  # fmt: skip
+def test_the_piecewise_runners_failure_is_a_capture_only_before_serving(
+    lines: list[str], phase: Phase, outcome: Outcome
+) -> None:
+    line = "[2026-05-01 10:02:08] Piecewise CUDA Graph failed with error: CUDA error: an illegal memory access was encountered"
+    assert classify([*lines, line, *TEARDOWN], phase=phase)[0] is outcome

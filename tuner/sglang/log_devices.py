@@ -85,6 +85,8 @@ UNSUPPORTED = re.compile(
         r"\b(?:UR_RESULT_ERROR_INVALID_BINARY|PI_ERROR_INVALID_BINARY)\b|No kernel named \S+ was found",
         # a kernel library's own table of the GPUs it builds for (aiter's chip_info: `gfx...`)
         r"Unknown GPU architecture: gfx\w+",
+        # a kernel's own check of the compute capability (FA4: `Only SM 10.x and 11.x are supported`)
+        r"\bOnly SM ?\d+(?:\.\w+)?(?:(?:,| and| or) (?:SM ?)?\d+(?:\.\w+)?)* (?:is|are) supported",
         # a Triton kernel whose tiles need more shared memory (LDS) than this GPU has
         r"out of resource: shared memory, Required: \d+, Hardware limit: \d+",
         # ... and triton-ascend's (BiSheng): a tile past the NPU core's unified buffer

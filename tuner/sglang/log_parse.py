@@ -90,7 +90,13 @@ _FAILURES = (
         r"(?<=error: )(?:unrecognized arguments|ambiguous option|the following arguments are required).*",
         r"(?<=error: )argument \S+: (?:invalid|expected).*",
     ),
-    _signature(FailureKind.CAPTURE_FAILED, True, r"Capture [\w ]*?(?:cuda|CUDA) graph failed.*"),
+    _signature(
+        FailureKind.CAPTURE_FAILED,
+        True,
+        r"Capture [\w ]*?(?:cuda|CUDA) graph failed.*",
+        # 0.5.1x's piecewise runner, around its capture and its replays alike (the stage says which)
+        r"Piecewise CUDA Graph failed with error.*",
+    ),
     _signature(
         FailureKind.NOT_ENOUGH_MEMORY,
         True,

@@ -56,12 +56,15 @@ def verdict(
         if cause != HOST_RAM or before_load:
             return Outcome.ENVIRONMENT, f"the environment, not the configuration: {cause} {stage}: {detail}"
         return Outcome.CRASHED, f"server {_exit_text(exit_code)} {stage}: host out of memory: {detail}"
-    if kind is FailureKind.BAD_ARGS and exit_code in (2, None):
+    # argparse's `prog: error: ...` and status 2; SGLang's diffusion ServerArgs raises SystemExit with the
+    # bare `error: unrecognized arguments: ...`, which Python prints and ends with status 1
+    bare = exit_code == 1 and event.line.strip().startswith("error: unrecognized arguments: ")
+    if kind is FailureKind.BAD_ARGS and (exit_code in (2, None) or bare):
         return Outcome.BAD_FLAG, f"SGLang rejected the arguments: {detail}"
     if kind is FailureKind.NOT_ENOUGH_MEMORY:
         return Outcome.NOT_ENOUGH_MEMORY, f"no room for the KV cache {stage}: {detail}"
     device = device_name(f"{detail} {event.line}")
-    if kind is FailureKind.CAPTURE_FAILED:
+    if kind is FailureKind.CAPTURE_FAILED and stage != "under load":
         if event.unsupported:
             return Outcome.UNSUPPORTED, f"kernel not built for this GPU at capture: {detail}"
         if event.oom:
