@@ -472,3 +472,16 @@ def test_the_piecewise_runners_failure_is_a_capture_only_before_serving(
 ) -> None:
     line = "[2026-05-01 10:02:08] Piecewise CUDA Graph failed with error: CUDA error: an illegal memory access was encountered"
     assert classify([*lines, line, *TEARDOWN], phase=phase)[0] is outcome
+
+
+def test_torchs_refusal_during_a_graph_capture_proves_the_capture_stage() -> None:
+    line = (
+        "RuntimeError: Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture. If you need this call "
+        "to be captured, please file an issue. Current cudaStreamCaptureStatus: cudaStreamCaptureStatusActive"
+    )
+    assert classify([*HEAD, *tb(line), *TEARDOWN])[2] == "capture"
+
+
+def test_a_failed_ninja_run_of_torchs_cpp_extension_is_a_failed_jit_build() -> None:
+    line = "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."
+    assert classify([*HEAD, *tb(line), *TEARDOWN])[0] is Outcome.UNSUPPORTED

@@ -58,6 +58,7 @@ _IMPORT_FAILURE = re.compile(
 # A kernel library's JIT build that failed on this machine (FlashInfer's, torch cpp_extension's ninja runs).
 _JIT_BUILD_FAILED = re.compile(
     r"Ninja build failed|Error building extension '|ninja: build stopped: subcommand failed"
+    r"|CalledProcessError: Command '\['ninja',"
 )
 _ATTENTION_BUILD = re.compile(
     r"layers/attention/|attention_registry\.py|attention_backend_setup\.py"

@@ -124,6 +124,7 @@ CAPTURE_PROTOCOL = re.compile(
     r"|operation failed due to a previous error during capture"
     r"|operation not permitted on an event last recorded in a capturing stream"
     r"|operation would make the legacy stream depend on a capturing blocking stream"
+    r"|during CUDA graph capture\. If you need this call to be captured|cudaStreamCaptureStatusActive"
     r"|\b(?:cuda|hip)Error(?:StreamCapture\w+|CapturedEvent)\b"
 )
 
