@@ -485,3 +485,12 @@ def test_torchs_refusal_during_a_graph_capture_proves_the_capture_stage() -> Non
 def test_a_failed_ninja_run_of_torchs_cpp_extension_is_a_failed_jit_build() -> None:
     line = "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."
     assert classify([*HEAD, *tb(line), *TEARDOWN])[0] is Outcome.UNSUPPORTED
+
+
+def test_a_model_the_installed_transformers_does_not_know_is_the_environment() -> None:
+    line = (
+        "ValueError: The checkpoint you are trying to load has model type `glm_moe_dsa` but Transformers does not "
+        "recognize this architecture. This could be because of an issue with the checkpoint, or because your "
+        "version of Transformers is out of date."
+    )
+    assert classify([*tb(line)], exit_code=1)[0] is Outcome.ENVIRONMENT

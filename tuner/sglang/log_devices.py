@@ -173,6 +173,8 @@ _ENVIRONMENT = (
     (r"\[Errno 24\] Too many open files", "the open-file limit is too low"),
     (r"Extension for PyTorch\* needs to work with PyTorch \S+, but PyTorch \S+ is found",
      "the installed packages do not match (a library built for another torch)"),
+    (r"but Transformers does not recognize this architecture",
+     "the installed transformers does not know this model (out of date, or the checkpoint is wrong)"),
     (r"uncorrectable ECC error|cudaErrorECCUncorrectable|\bXid \d+\b", "the GPU reported a hardware fault"),
     (r"no CUDA-capable device is detected|No CUDA GPUs are available"
      r"|CUDA-capable device\(s\) (?:is|are) busy or unavailable|cudaErrorDevicesUnavailable",
