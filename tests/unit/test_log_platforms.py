@@ -494,3 +494,18 @@ def test_a_model_the_installed_transformers_does_not_know_is_the_environment() -
         "version of Transformers is out of date."
     )
     assert classify([*tb(line)], exit_code=1)[0] is Outcome.ENVIRONMENT
+
+
+def test_an_uncaught_cpp_exceptions_what_line_is_the_message() -> None:
+    lines = [
+        *SERVING,
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+        " what():  [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 4 vs 3",
+        "Fatal Python error: Aborted",
+        "",
+        "Thread 0x0000fff873f6f120 (most recent call first):",
+        ' File "/usr/lib/python3/site-packages/sglang/srt/disaggregation/mooncake/conn.py", line 1499 in heartbeat_checker',
+    ]
+    outcome, message, stage = classify(lines, exit_code=-6, phase=Phase.BENCH)
+    assert (outcome, stage) == (Outcome.CRASHED, "serving")
+    assert "op.preamble.length <= op.nbytes" in message

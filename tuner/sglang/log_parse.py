@@ -172,6 +172,9 @@ _FAILURES = (
     _signature(FailureKind.INIT_FAILED, True, r"Initialization failed\..*"),
     _signature(FailureKind.SIGQUIT, True, r"Received sigquit from a child proces.*", r"SIGQUIT received\..*"),
     _signature(FailureKind.HEALTH_CHECK_FAILED, False, r"Health check failed\..*"),
+    # libstdc++'s report of an uncaught C++ exception (`terminate called after throwing ...`, then
+    # ` what():  <its message>`): the message says what broke
+    _signature(FailureKind.EXCEPTION, False, r"^what\(\):\s+(.+)$"),
     # The last line of a traceback whose error has no signature above: what broke, for the message.
     _signature(
         FailureKind.EXCEPTION,
