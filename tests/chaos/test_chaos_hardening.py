@@ -129,7 +129,8 @@ def test_a_stop_while_waiting_on_a_locked_database_exits_128_plus_n_within_secon
         started = time.monotonic()
         code = tuner.wait(30)
         assert code == 128 + sig, tuner.output[-2000:]
-        assert time.monotonic() - started < 5, "the stop waited for the lock"
+        # waiting for the lock takes the busy timeout (60 s); a loaded 2-core machine took 5.0 s to exit
+        assert time.monotonic() - started < 15, "the stop waited for the lock"
         assert "Traceback" not in tuner.output
     finally:
         locker.kill()
