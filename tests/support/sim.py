@@ -39,10 +39,9 @@ PORT_RETRIES = 3  # fresh ports tried when another process takes the chosen one 
 class Sim:
     """One simulator process: its own session, a log file, a port and a state dir."""
 
-    _restarts = 0
-
     def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
         self._args, self._tmp, self._env = args, tmp, env
+        self._restarts = 0
         self._start()
 
     def _start(self) -> None:

@@ -99,9 +99,9 @@ def classify_failure(lines: Sequence[str], *, exit_code: int | None, phase: Phas
     cut = event.kind is FailureKind.CHILD_EXCEPTION  # no error line: the traceback stops in the raiser
     direct = raised_at(clean[start:end] if cut else clean[start : i + 1])
     event = by_site(event, None if event.fault else direct)
+    if frames_say != "serving" and any(CAPTURE_PROTOCOL.search(line) for line in clean[start:end]):
+        frames_say = "capture"  # the runtime refused an operation because a graph capture was under way
     stage = _stage(before, phase, frames_say, event.kind)
-    if stage != "under load" and any(CAPTURE_PROTOCOL.search(line) for line in clean[start:end]):
-        stage = "at capture"  # the runtime refused an operation because a graph capture was under way
     outcome, message = verdict(event, stage, exit_code, before_load=before.stage == "start")
     # A bad flag's line lists the choices it had: naming one of them blames no backend.
     backend, role = (

@@ -62,6 +62,11 @@ def _any(*patterns: str) -> str:
     return "|".join(p for p in patterns if p)
 
 
+# A CUDA/HIP kernel's assert() (`...: block: [0,0,0], thread: [4,0,0] Assertion `...` failed.`) and CANN's
+# report of a vector / cube core kernel's error: device faults, and error lines of their own
+_KERNEL_ASSERT = r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `"
+_AI_CORE_KERNEL = r"AI[CV] Kernel happen error"
+
 # An allocator that could not get device memory: the size of something the configuration chose.
 # torch's `<DEVICE> out of memory. Tried to allocate ...` (c10, torch_npu, XPU, MUSA), NVIDIA's and
 # Unified Runtime's allocation errors, ACL's; HIP's from the mined table.
@@ -108,9 +113,10 @@ DEVICE_FAULT = re.compile(
         r"AICore execution error|aicore (?:exception|error)",
         r"\bUR_RESULT_ERROR_DEVICE_LOST\b|\bPI_ERROR_DEVICE_LOST\b|CUBLAS_STATUS_EXECUTION_FAILED",
         r"^\[ASSERT\] \S+:\d+: Assertion",  # an AscendC kernel's assertion, printed by the device
-        r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `",  # a CUDA/HIP kernel's assert()
+        _KERNEL_ASSERT,
         # CANN's report of a vector / cube core exception (an address the kernel may not touch, ...)
-        r"there is an? (?:exception of )?(?:aivec|aicore|aicpu|aic|aiv)\w* error|AI[CV] Kernel happen error",
+        r"there is an? (?:exception of )?(?:aivec|aicore|aicpu|aic|aiv)\w* error",
+        _AI_CORE_KERNEL,
         *MINED.get("fault", ()),
         *MINED.get("abort", ()),
     ),
@@ -139,10 +145,10 @@ DEVICE_ERROR_LINE = (
     *(f".*(?:{p}).*" for p in MINED.get("abort", ())),
     r".*\bhipError(?!Success)\w+.*",
     r".*---> \[HIP error\]\(.*",  # aiter's HIP_CALL: `fail to call hipX(...) ---> [HIP error](...)`
-    r".*\bAI[CV] Kernel happen error.*",
+    rf".*\b{_AI_CORE_KERNEL}.*",
     r".*\bUR_RESULT_ERROR_\w+.*",
     r"^\[ASSERT\] \S+:\d+: Assertion .*",
-    r".*block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `.*",
+    rf".*{_KERNEL_ASSERT}.*",
 )
 
 # The server crashing itself: Python's fault handler, the C runtime's abort, the HSA queue callback.

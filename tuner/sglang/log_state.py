@@ -32,6 +32,7 @@ from tuner.sglang.log_prefix import strip_prefixes
 
 # The launcher's report of its own warmup request failing (http_server._execute_server_warmup).
 _WARMUP_FAILED = re.compile(r"Initialization failed\. warmup error")
+_STAGES = ("start", "load", "kv", "capture", "warmup", "ready")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +63,10 @@ class LogState:
     deprecations: tuple[str, ...] = ()
     nan_lines: tuple[str, ...] = ()
     first_fatal: str | None = None
+
+    def _reached(self, stage: str) -> str:
+        """The stage once the log proves the server got at least as far as `stage` (never back)."""
+        return stage if _STAGES.index(self.stage) < _STAGES.index(stage) else self.stage
     _args_bs: tuple[int, ...] | None = None
     _capture_bs: tuple[int, ...] | None = None
 
@@ -108,12 +113,11 @@ class LogState:
                 available_gpu_mem_gb=event.available_gpu_mem_gb,
             )
         if isinstance(event, HttpUp):  # HTTP binds once every scheduler is initialised
-            stage = "warmup" if self.stage in ("start", "load", "kv", "capture") else self.stage
-            return replace(self, stage=stage, http_up=True, port=event.port)
+            return replace(self, stage=self._reached("warmup"), http_up=True, port=event.port)
         if isinstance(event, CaptureProgress):
-            return replace(self, stage="capture") if self.stage in ("start", "load", "kv") else self
+            return replace(self, stage=self._reached("capture"))
         if isinstance(event, HttpServed):  # a request answered: past load and capture
-            return replace(self, stage="warmup") if self.stage in ("start", "load", "kv", "capture") else self
+            return replace(self, stage=self._reached("warmup"))
         if isinstance(event, Ready):
             return replace(self, stage="ready", ready_seen=True)
         if isinstance(event, DecodeBatch):
@@ -127,8 +131,7 @@ class LogState:
         if isinstance(event, FailureLine):
             nan = (*self.nan_lines, event.line) if event.kind is FailureKind.NAN else self.nan_lines
             fatal = self.first_fatal if self.first_fatal is not None or not event.fatal else event.line
-            stage = self.stage
-            if event.kind is FailureKind.INIT_FAILED and _WARMUP_FAILED.search(event.line):
-                stage = "warmup" if stage in ("start", "load", "kv", "capture") else stage
+            warmup = event.kind is FailureKind.INIT_FAILED and _WARMUP_FAILED.search(event.line)
+            stage = self._reached("warmup") if warmup else self.stage
             return replace(self, nan_lines=nan, first_fatal=fatal, stage=stage)
         return self
