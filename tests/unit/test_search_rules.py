@@ -355,3 +355,27 @@ def test_with_the_option_nan_in_eager_decode_still_covers_every_graph_setting_un
         assert covered((rule,), config(f=0.8, graphs=graphs, pair=pair))
     (rule,) = derive_rules([eager_nan, ev(2, config(graphs=32, pair=pair), Outcome.OK)])
     assert (rule.graphs, rule.graph_max_bs, rule.evidence) == (False, None, 1)
+
+
+def test_proven_only_rules_are_no_wider_than_their_failures_show() -> None:
+    pair, kv = ("fa3", "fa3"), "bfloat16"
+    in_graphs = ev(0, config(f=0.8, graphs=64, pair=pair, kv=kv), Outcome.NAN)
+    (wide,) = derive_rules([in_graphs])
+    assert covered((wide,), config(f=0.8, pair=pair, kv=kv))  # inferred: eager decode fails too
+    (proven,) = derive_rules([in_graphs], proven_only=True)
+    assert (proven.graphs, proven.graph_max_bs) == (True, 64)
+    assert covered((proven,), config(f=0.8, graphs=128, pair=pair, kv=kv))
+    assert not covered((proven,), config(f=0.8, pair=pair, kv=kv))
+    assert not covered((proven,), config(f=0.8, graphs=16, pair=pair, kv=kv))
+    # an unsupported pair whose log names no backend stays on the pair: the blame is inferred
+    works = ev(0, config(pair=("trtllm", "trtllm")), Outcome.OK)
+    fails = ev(1, config(pair=("trtllm", "flashmla_kv")), Outcome.UNSUPPORTED)
+    (blamed,) = derive_rules([works, fails])
+    assert blamed.kind is RuleKind.BACKEND and covered((blamed,), config(pair=("fa3", "flashmla_kv")))
+    (kept,) = derive_rules([works, fails], proven_only=True)
+    assert kept.kind is RuleKind.PAIR_UNSUPPORTED
+    assert not covered((kept,), config(pair=("fa3", "flashmla_kv")))
+    # what a failure shows outright is kept whole: wrong numbers in eager decode, a named backend
+    eager = ev(2, config(f=0.8, pair=pair, kv=kv), Outcome.NAN)
+    (rule,) = derive_rules([eager], proven_only=True)
+    assert covered((rule,), config(f=0.8, graphs=16, pair=pair, kv=kv))

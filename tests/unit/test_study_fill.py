@@ -114,3 +114,40 @@ def test_a_study_that_asked_for_every_configuration_stops_saying_what_is_left(
     run = run_tuner(w, 1, 10, finalists=False)
     assert len(run.steps) == 4  # the whole space, once each
     assert "of the space's 4 configurations, 4 were asked before" in run.note and "0 are left" in run.note
+
+
+def test_rules_wider_than_their_failures_that_leave_nothing_are_narrowed_and_the_search_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A NaN in captured graphs rules the pair out eagerly too (inferred); where that leaves nothing to
+    launch, the study keeps its rules to what the failure showed and launches eager decode."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from search_strategies import run_tuner
+    from search_world import World
+
+    import tuner.study.runner as runner
+
+    scenario = (ROOT / "tests" / "fixtures" / "scenarios" / "tiny-failing.yaml").read_text()
+    nan = "  flashmla_sparse:\n    behaviour: nan\n"
+    assert nan in scenario
+    graph_nan = nan + "    nan_min_batch: 1\n    nan_graph_only: true\n"
+    (tmp_path / "scenario.yaml").write_text(scenario.replace(nan, graph_nan))
+    space = (ROOT / "tests" / "fixtures" / "spaces" / "tiny-failing-sim.yaml").read_text()
+    space = space.replace("../scenarios/tiny-failing.yaml", str(tmp_path / "scenario.yaml"))
+    space = space.replace("low: 0.50\n    high: 0.95", "low: 0.80\n    high: 0.85")
+    space = space.replace("choices: [off, 8, 16]", "choices: [16, 'off']")
+    space = space.replace("choices: [trtllm/trtllm, fa3/trtllm, fa3/fa3, trtllm/fa3, flashmla_sparse/trtllm, "
+                          "trtllm/flashmla_sparse]", "choices: [trtllm/flashmla_sparse]")  # fmt: skip
+    space = space.replace("cuda_graph: off, sparse_backends: trtllm/trtllm", "cuda_graph: 16, "
+                          "sparse_backends: trtllm/flashmla_sparse")  # fmt: skip
+    (tmp_path / "space.yaml").write_text(space)
+    monkeypatch.setattr(runner, "make_sampler", lambda space, seed=None, budget=None: Stuck())
+    w = World(tmp_path / "space.yaml")
+    assert len(w.points) == 4
+    run = run_tuner(w, 1, 4, finalists=False)
+    outcomes = [(s.config.cuda_graph.enabled, s.shot.failure is None) for s in run.steps]
+    assert outcomes[0] == (True, False)  # graphs of 16: NaN
+    # eager decode at both fractions, which the inferred rule covered, was launched and ran; graphs of 16
+    # at the other fraction stay ruled out (the failure showed that much)
+    assert sorted(outcomes[1:]) == [(False, True), (False, True)]
+    assert "3 were asked before, 1 are ruled out" in run.note

@@ -36,6 +36,7 @@ class Policy:
     memory: MemoryModel
     prune: bool = True
     min_free_mib: float | None = None  # a `min_free_vram_mib >= X` constraint, if the space has one
+    proven_only: bool = False  # the rules no wider than their failures show (tuner.search.rules)
 
     def decide(self, config: TrialConfig) -> Decision:
         """Launch, or prune with the rule or prediction that proves the launch would be wasted."""
@@ -84,9 +85,13 @@ class Policy:
 
 
 def build_policy(
-    evidence: Sequence[Evidence], *, prune: bool = True, min_free_mib: float | None = None
+    evidence: Sequence[Evidence],
+    *,
+    prune: bool = True,
+    min_free_mib: float | None = None,
+    proven_only: bool = False,
 ) -> Policy:
-    """The policy after these launches."""
-    return Policy(
-        rules=derive_rules(evidence), memory=fit_memory(evidence), prune=prune, min_free_mib=min_free_mib
-    )
+    """The policy after these launches (`proven_only`: rules no wider than their failures show)."""
+    rules = derive_rules(evidence, proven_only=proven_only)
+    memory = fit_memory(evidence)
+    return Policy(rules=rules, memory=memory, prune=prune, min_free_mib=min_free_mib, proven_only=proven_only)

@@ -225,8 +225,11 @@ _FRACTION_SCOPE: dict[RuleKind, Scope] = {kind: FRACTION.scopes.get(kind.value, 
 _GRAPH_SCOPE: dict[RuleKind, Scope] = {kind: GRAPHS.scopes.get(kind.value, "equal") for kind in RuleKind}
 
 
-def rules_from(ev: Evidence) -> tuple[Rule, ...]:
-    """The rules one launch proves (none for a success or a failure that says nothing of the knobs)."""
+def rules_from(ev: Evidence, *, proven_only: bool = False) -> tuple[Rule, ...]:
+    """The rules one launch proves (none for a success or a failure that says nothing of the knobs).
+
+    `proven_only`: a broken pair's rule no wider than the failure shows (graphs from its max bs up
+    when it failed in captured graphs), as GRAPH_NAN_FROM_SIZE; see derive_rules."""
     k = ev.knobs
     line = ev.message or ev.outcome.value
     if ev.outcome in _UNSUPPORTED:
@@ -252,7 +255,7 @@ def rules_from(ev: Evidence) -> tuple[Rule, ...]:
             return ()
         # wrong numbers in eager decode are the kernels' own, so every graph setting; in captured graphs
         # they may be the capture's (a graph-only bug of some batch size): graphs on from that size up
-        on = bool(k.graphs) and GRAPH_NAN_FROM_SIZE
+        on = bool(k.graphs) and (GRAPH_NAN_FROM_SIZE or proven_only)
         rule = Rule(
             kind=RuleKind.PAIR, pair=(k.prefill, k.decode), others=_held(RuleKind.PAIR, k.others),
             graphs=True if on else None, graph_max_bs=k.graph_max_bs if on else None,
@@ -323,12 +326,18 @@ def contradicts(rule: Rule, ev: Evidence) -> bool:
     return ev.got_ready or ev.stage in ("capture", "warmup")  # loaded: past the weights and the KV pool
 
 
-def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
+def derive_rules(evidence: Iterable[Evidence], *, proven_only: bool = False) -> tuple[Rule, ...]:
     """The rules standing after every launch, in trial order: added by failures, narrowed or dropped by
     contradictions.
 
     An unsupported pair whose log names no backend is blamed on one backend when the launches say
     which: both halves are the same backend, or the other half is proven to run in its role.
+
+    Two scopes are inferred beyond what the failure itself shows: a broken pair's eager decode and
+    smaller graphs after wrong numbers in captured graphs, and that blame of one backend. A launch
+    inside them could contradict them, but none is made while they prune, so where they leave the
+    study nothing to launch they would stand unchecked for good. `proven_only` keeps each rule to
+    what its failure shows (the study asks for it then: tuner.study.learn.policy_for).
     """
     # each rule with the failure that made it and the rule as the failure made it (before any blame):
     # a blame on one backend that a later launch contradicts falls back to the failure's own scope,
@@ -347,11 +356,12 @@ def derive_rules(evidence: Iterable[Evidence]) -> tuple[Rule, ...]:
                 if narrow is not None:
                     kept.append((narrow, failure, made_as))
             standing = kept
-        made = rules_from(ev)
+        made = rules_from(ev, proven_only=proven_only)
         if made:
             scopes = {_scope(r) for r, _, _ in standing}
             for rule in made:
-                fitted = _fitted(_blame_one(rule, ev, ordered), ev, earlier) or _fitted(rule, ev, earlier)
+                blamed = rule if proven_only else _blame_one(rule, ev, ordered)
+                fitted = _fitted(blamed, ev, earlier) or _fitted(rule, ev, earlier)
                 if fitted is not None and _scope(fitted) not in scopes:
                     standing.append((fitted, ev, rule))
                     scopes.add(_scope(fitted))

@@ -192,7 +192,12 @@ def exhausted(idle: int, left: Left) -> str:
 
 
 def enqueue_untried(
-    study: optuna.Study, space: SearchSpace, launches: Callable[[TrialConfig], bool], host: str
+    study: optuna.Study,
+    space: SearchSpace,
+    launches: Callable[[TrialConfig], bool],
+    host: str,
+    *,
+    marks: Mapping[str, object] | None = None,
 ) -> Left | None:
     """Enqueue an untried configuration that `launches` (no rule covers it); None when one was
     enqueued or an enqueued trial is still to be asked, else what is left of the space (the caller
@@ -204,7 +209,7 @@ def enqueue_untried(
     params, left = untried(space, asked_configs(space, trials), launches, rng)
     if params is None:
         return left
-    study.enqueue_trial(sampler_params(space, params), user_attrs={"fill_in": True})
+    study.enqueue_trial(sampler_params(space, params), user_attrs={"fill_in": True, **(marks or {})})
     log.info("the sampler keeps suggesting measured configurations: an untried one is next (%s)",
              left.describe())  # fmt: skip
     return None

@@ -25,6 +25,9 @@ from tuner.search.told import concluded
 from tuner.space.loader import SearchSpace, config_from_params
 
 PRUNED = "pruned"  # user attr: the trial was told infeasible without a launch
+# user attr of the trial enqueued when the failure rules as inferred left nothing to launch: from then on
+# the study's rules are no wider than their failures show (tuner.search.rules.derive_rules)
+PROVEN_ONLY = "rules_proven_only"
 NOT_LAUNCHED = ("pruned", "dedup_of", "forbidden", "duplicate_running")
 
 
@@ -106,13 +109,19 @@ def study_evidence(space: SearchSpace, trials: Iterable[FrozenTrial]) -> list[Ev
     return [ev for t in trials if (ev := evidence_of(space, t)) is not None]
 
 
-def policy_for(space: SearchSpace, evidence: Iterable[Evidence]) -> Policy:
-    """The study's policy: its rules and memory model, with the space's free-VRAM constraint."""
+def policy_for(space: SearchSpace, evidence: Iterable[Evidence], *, proven_only: bool = False) -> Policy:
+    """The study's policy: its rules and memory model, with the space's free-VRAM constraint
+    (`proven_only`: rules no wider than their failures show, once rules_proven_only says so)."""
     floor = None
     for slo in space.constraints:
         if slo.metric == "min_free_vram_mib" and slo.op in (">=", ">"):
             floor = slo.bound if floor is None else max(floor, slo.bound)
-    return build_policy(list(evidence), prune=space.search.prune, min_free_mib=floor)
+    return build_policy(list(evidence), prune=space.search.prune, min_free_mib=floor, proven_only=proven_only)
+
+
+def rules_proven_only(trials: Iterable[FrozenTrial]) -> bool:
+    """True once the study narrowed its rules to what their failures show (a trial carries the mark)."""
+    return any(t.user_attrs.get(PROVEN_ONLY) for t in trials)
 
 
 def sampler_seed(base: int | None, worker: str, asked: int) -> int:

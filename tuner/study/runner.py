@@ -31,7 +31,7 @@ from tuner.interrupts import INTERRUPTS
 from tuner.objectives import is_feasible
 from tuner.result import TrialResult
 from tuner.search.evidence import Evidence
-from tuner.search.policy import Decision
+from tuner.search.policy import Decision, Policy
 from tuner.session import TrialContext, key_of, prepare_launch, trial_session
 from tuner.space.loader import SearchSpace, config_from_params, forbidden_reason, suggest
 from tuner.space.sampling import sampler_params
@@ -46,7 +46,14 @@ from tuner.study.claims import claim_launch
 from tuner.study.durable import store_guard
 from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
 from tuner.study.finalist_jobs import next_finalist_job, unclaim
-from tuner.study.learn import measured_before, policy_for, sampler_seed, study_evidence
+from tuner.study.learn import (
+    PROVEN_ONLY,
+    measured_before,
+    policy_for,
+    rules_proven_only,
+    sampler_seed,
+    study_evidence,
+)
 from tuner.study.reap import reap_dead_workers
 from tuner.study.repeat import record_repeat
 from tuner.study.retry import fail_unrecorded, retry, unrecordable
@@ -245,13 +252,36 @@ class StudyRunner:
 
     def _fill_in(self) -> fill.Left | None:
         """Enqueue an untried configuration no rule covers (the sampler keeps re-suggesting measured
-        ones); None when one was enqueued, else what is left of the space."""
-        with INTERRUPTS.deferred(), ask_lock(self.lock):
-            policy = policy_for(self.space, self._policy_evidence())
-            return fill.enqueue_untried(self.study, self.space, lambda c: policy.decide(c).launch, self.host)
+        ones); None when one was enqueued, else what is left of the space.
 
-    def _policy_evidence(self) -> list[Evidence]:
-        return [*self.warm_evidence, *study_evidence(self.space, self.study.get_trials(deepcopy=False))]
+        Where the rules as inferred leave nothing, the study narrows them to what their failures show
+        (rules_proven_only) and goes on with what that opens, rather than stop with launches left."""
+        with INTERRUPTS.deferred(), ask_lock(self.lock):
+            policy = self._policy()
+            left = fill.enqueue_untried(self.study, self.space, lambda c: policy.decide(c).launch, self.host)
+            if left is None or policy.proven_only:
+                return left
+            proven = self._policy(proven_only=True)
+            opened = fill.enqueue_untried(
+                self.study, self.space, lambda c: proven.decide(c).launch, self.host,
+                marks={PROVEN_ONLY: True},
+            )  # fmt: skip
+            if opened is not None:
+                return left
+            log.warning(
+                "every configuration left is covered by failure rules wider than their failures show "
+                "(a broken pair's eager decode and smaller graphs, an unsupported pair blamed on one "
+                "backend): "
+                "from now on each rule covers only what its failure showed, and the search goes on there"
+            )
+            return None
+
+    def _policy(self, *, proven_only: bool | None = None) -> Policy:
+        """The study's policy over its launches and the warm start's (proven_only: as the study says)."""
+        trials = self.study.get_trials(deepcopy=False)
+        evidence = [*self.warm_evidence, *study_evidence(self.space, trials)]
+        narrow = rules_proven_only(trials) if proven_only is None else proven_only
+        return policy_for(self.space, evidence, proven_only=narrow)
 
     def _run_one(self, trial: optuna.Trial, ctx: TrialContext) -> Step:
         """The search-launch stage: suggest, screen and (if nothing proves it bad) launch one trial."""
@@ -294,7 +324,7 @@ class StudyRunner:
         """The policy's decision to launch; None when the ask is pruned (forbidden, or proven bad by a
         failure rule or the memory model): told infeasible and announced, nothing launched."""
         forbidden = forbidden_reason(self.space, params)
-        decision = policy_for(self.space, self._policy_evidence()).decide(config)
+        decision = self._policy().decide(config)
         if forbidden is not None:
             decision = replace(
                 decision, launch=False, reason=f"forbidden: {forbidden}", outcome=Outcome.BAD_FLAG
