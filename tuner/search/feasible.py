@@ -75,8 +75,11 @@ ROLES_OF = {
     Mechanism.NUMERICS: frozenset({"backends", "graphs", "kv_dtype", "running", "other"}),
     Mechanism.SUPPORT: frozenset({"backends", "other"}),
 }
-_MEMORY = frozenset({"oom", "capture_failed"})
-_NUMERICS = frozenset({"nan", "garbage", "wrong_answer"})
+_MEMORY = frozenset({"oom"})
+# the kernel path under graphs: wrong numbers, and a capture that failed other than by running out of
+# memory (the log classifier names that one oom): a kernel that refuses to be captured (an operation not
+# permitted while a stream captures) -- the backends with the graph setting, not the memory sizes
+_NUMERICS = frozenset({"nan", "garbage", "wrong_answer", "capture_failed"})
 _MEASURED = frozenset({"ok", "slo_violation"})
 PASS_PRIOR = 0.3  # prior mean of the +1/-1 label where a mechanism's model knows nothing
 MEMORY_PRIOR = 0.6  # the memory label's prior mean at the middle of the fraction range
