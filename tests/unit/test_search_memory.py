@@ -64,6 +64,9 @@ def test_the_policy_prunes_what_the_model_says_misses_the_free_vram_floor() -> N
     )
     near = policy.decide(config(f=0.915))  # ~8,300 MiB: within the margin, launched
     assert near.launch and near.prediction.min_free_mib is not None
+    # kept to what launches proved (the study has nothing else left), a prediction prunes nothing
+    proven = build_policy([launch(0, 0.80), launch(1, 0.85)], min_free_mib=8_000, proven_only=True)
+    assert proven.decide(config(f=0.95)).launch
 
 
 def test_pruning_can_be_turned_off() -> None:

@@ -36,7 +36,9 @@ class Policy:
     memory: MemoryModel
     prune: bool = True
     min_free_mib: float | None = None  # a `min_free_vram_mib >= X` constraint, if the space has one
-    proven_only: bool = False  # the rules no wider than their failures show (tuner.search.rules)
+    # only what launches proved prunes: the rules no wider than their failures show (tuner.search.rules), and
+    # no prediction of the memory model
+    proven_only: bool = False
 
     def decide(self, config: TrialConfig) -> Decision:
         """Launch, or prune with the rule or prediction that proves the launch would be wasted."""
@@ -49,7 +51,8 @@ class Policy:
                 return Decision(
                     launch=False, reason=reason, outcome=rule.outcome, rule=rule, prediction=prediction
                 )
-            why = self._predicted_miss(prediction)
+            # a prediction is the fit's extrapolation, not a launch's proof: proven_only leaves it out
+            why = None if self.proven_only else self._predicted_miss(prediction)
             if why is not None:
                 outcome, reason = why
                 return Decision(

@@ -271,8 +271,8 @@ class StudyRunner:
             log.warning(
                 "every configuration left is covered by failure rules wider than their failures show "
                 "(a broken pair's eager decode and smaller graphs, an unsupported pair blamed on one "
-                "backend): "
-                "from now on each rule covers only what its failure showed, and the search goes on there"
+                "backend) or by the memory model's predictions: from now on each rule covers only what "
+                "its failure showed, predictions prune nothing, and the search goes on there"
             )
             return None
 
