@@ -63,12 +63,12 @@ class LogState:
     deprecations: tuple[str, ...] = ()
     nan_lines: tuple[str, ...] = ()
     first_fatal: str | None = None
+    _args_bs: tuple[int, ...] | None = None
+    _capture_bs: tuple[int, ...] | None = None
 
     def _reached(self, stage: str) -> str:
         """The stage once the log proves the server got at least as far as `stage` (never back)."""
         return stage if _STAGES.index(self.stage) < _STAGES.index(stage) else self.stage
-    _args_bs: tuple[int, ...] | None = None
-    _capture_bs: tuple[int, ...] | None = None
 
     @classmethod
     def from_lines(cls, lines: Iterable[str]) -> LogState:

@@ -10,7 +10,7 @@ warm start.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -122,6 +122,19 @@ def policy_for(space: SearchSpace, evidence: Iterable[Evidence], *, proven_only:
 def rules_proven_only(trials: Iterable[FrozenTrial]) -> bool:
     """True once the study narrowed its rules to what their failures show (a trial carries the mark)."""
     return any(t.user_attrs.get(PROVEN_ONLY) for t in trials)
+
+
+def study_policy(
+    space: SearchSpace,
+    trials: Sequence[FrozenTrial],
+    *,
+    warm: Iterable[Evidence] = (),
+    proven_only: bool | None = None,
+) -> Policy:
+    """The policy of a study's trials (and a warm start's evidence), narrowed as the study's mark says
+    unless `proven_only` is given."""
+    narrow = rules_proven_only(trials) if proven_only is None else proven_only
+    return policy_for(space, [*warm, *study_evidence(space, trials)], proven_only=narrow)
 
 
 def sampler_seed(base: int | None, worker: str, asked: int) -> int:

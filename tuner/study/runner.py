@@ -46,14 +46,7 @@ from tuner.study.claims import claim_launch
 from tuner.study.durable import store_guard
 from tuner.study.events import Hooks, RunSummary, trial_event, with_phase_hook
 from tuner.study.finalist_jobs import next_finalist_job, unclaim
-from tuner.study.learn import (
-    PROVEN_ONLY,
-    measured_before,
-    policy_for,
-    rules_proven_only,
-    sampler_seed,
-    study_evidence,
-)
+from tuner.study.learn import PROVEN_ONLY, measured_before, sampler_seed, study_policy
 from tuner.study.reap import reap_dead_workers
 from tuner.study.repeat import record_repeat
 from tuner.study.retry import fail_unrecorded, retry, unrecordable
@@ -279,9 +272,7 @@ class StudyRunner:
     def _policy(self, *, proven_only: bool | None = None) -> Policy:
         """The study's policy over its launches and the warm start's (proven_only: as the study says)."""
         trials = self.study.get_trials(deepcopy=False)
-        evidence = [*self.warm_evidence, *study_evidence(self.space, trials)]
-        narrow = rules_proven_only(trials) if proven_only is None else proven_only
-        return policy_for(self.space, evidence, proven_only=narrow)
+        return study_policy(self.space, trials, warm=self.warm_evidence, proven_only=proven_only)
 
     def _run_one(self, trial: optuna.Trial, ctx: TrialContext) -> Step:
         """The search-launch stage: suggest, screen and (if nothing proves it bad) launch one trial."""

@@ -34,7 +34,7 @@ from tuner.space.loader import SearchSpace
 from tuner.space.sections import WorkerSettings
 from tuner.store.connect import mask_url, optuna_storage_kwargs, ping_idle_connections
 from tuner.store.lock import AdvisoryLock, supports_advisory_lock
-from tuner.study.learn import policy_for, rules_proven_only, study_evidence
+from tuner.study.learn import study_policy
 from tuner.study.resume import remember_space
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,7 @@ def make_sampler(
     if spec.kind == "structured":
         return StructuredSampler(
             space, seed=seed, budget=budget,
-            policy_of=lambda trials: policy_for(
-                space, study_evidence(space, trials), proven_only=rules_proven_only(trials)
-            ),
+            policy_of=lambda trials: study_policy(space, trials),
         )  # fmt: skip
     if spec.kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
