@@ -314,6 +314,25 @@ def test_failures_are_attributed_to_the_mechanism_their_log_names() -> None:
     )
 
 
+def test_a_capture_that_failed_other_than_by_memory_says_nothing_of_what_its_graphs_need() -> None:
+    oom = Outcome(index=row(8, 3, 0, 0), failed=Mechanism.MEMORY)  # the largest graphs at the top fraction
+    at = row(7, 3, 1, 0)  # one step below it, another pair
+    nan = [oom, Outcome(index=at, failed=Mechanism.NUMERICS)]  # wrong numbers: found after load and capture
+    refused = [oom, Outcome(index=at, failed=Mechanism.NUMERICS, captured=False)]  # a kernel refused capture
+    p_nan, p_refused = (np.exp(log_p_feasible(FEATURES, BLOCKS, s, FEATURES)) for s in (nan, refused))
+    probe = row(7, 3, 2, 0)  # the same sizes with a third pair: the memory model speaks of it
+    assert p_nan[probe] > 1.3 * p_refused[probe]  # the NaN's graphs were captured: they fit there
+    # the refused capture still proves the weights loaded and the pool was sized
+    assert feasible.passed(Mechanism.KV_POOL, Mechanism.NUMERICS, captured=False) is True
+    assert feasible.passed(Mechanism.MEMORY, Mechanism.NUMERICS, captured=False) is None
+    trial = optuna.trial.create_trial(
+        params={}, distributions={}, values=None, state=optuna.trial.TrialState.FAIL,
+        user_attrs={"failure": "capture_failed", "feasible": False},
+    )  # fmt: skip
+    seen = _seen(trial, 0, [optuna.study.StudyDirection.MAXIMIZE])
+    assert seen is not None and seen.failed is Mechanism.NUMERICS and not seen.captured
+
+
 def test_numerical_failures_of_two_pairs_sharing_a_prefill_backend_are_blamed_on_that_role() -> None:
     # backends 0..3; a pair is (prefill, decode, pair level): NaN whenever backend 1 prefills
     pairs = [(p, d) for p in range(4) for d in range(4)]

@@ -121,9 +121,10 @@ def mechanism_of(outcome: str) -> Mechanism | None:
     return Mechanism.OTHER
 
 
-def passed(mechanism: Mechanism, failed: Mechanism | None) -> bool | None:
+def passed(mechanism: Mechanism, failed: Mechanism | None, *, captured: bool = True) -> bool | None:
     """Whether a launch that ended by `failed` (None: measured) got past `mechanism`'s stage
-    (None: it never reached it)."""
+    (None: it never reached it). `captured` False: a capture that failed other than by memory -- the
+    weights loaded and the pool was sized, but what the graphs would have needed is unknown."""
     if failed is None:
         return True
     if failed is mechanism:
@@ -131,9 +132,10 @@ def passed(mechanism: Mechanism, failed: Mechanism | None) -> bool | None:
     if mechanism is Mechanism.KV_POOL:  # the pool is sized before the kernels start and graphs capture
         return True if failed in (Mechanism.MEMORY, Mechanism.SUPPORT, Mechanism.NUMERICS) else None
     if mechanism is Mechanism.MEMORY:
-        return True if failed is Mechanism.NUMERICS else None  # the gate runs after load and capture
+        # the gate runs after load and capture
+        return True if failed is Mechanism.NUMERICS and captured else None
     if mechanism is Mechanism.SUPPORT:
-        return True if failed is Mechanism.NUMERICS else None
+        return True if failed is Mechanism.NUMERICS and captured else None
     return None
 
 
@@ -145,6 +147,7 @@ class Outcome:
     failed: Mechanism | None  # None: measured
     margins: tuple[float, ...] | None = None  # per SLO: the distance past its bound (<= 0 met)
     explained: bool = False  # a failure a standing rule proves
+    captured: bool = True  # False: its CUDA-graph capture never finished (what the graphs need unknown)
 
 
 def memory_prior(
@@ -320,7 +323,7 @@ def _log_pass(
         mine = by_role(mine)
     rows, labels = [], []
     for s in seen:
-        got = passed(mechanism, s.failed)
+        got = passed(mechanism, s.failed, captured=s.captured)
         if got is not None:
             rows.append(s.index)
             labels.append(1.0 if got else (explained_label if s.explained else -1.0))

@@ -294,7 +294,7 @@ def _seen(t: FrozenTrial, index: int, directions: Sequence[StudyDirection]) -> S
     return Seen(
         index=index, log_first=None if first is None else math.log(first), second=second,
         feasible=bool(attrs.get("feasible")), trial=t.number, failed=failed,
-        margins=margins if measured and margins else None,
+        margins=margins if measured and margins else None, captured=outcome != "capture_failed",
     )  # fmt: skip
 
 

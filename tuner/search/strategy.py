@@ -95,6 +95,7 @@ class Seen:
     explained: bool = False  # a failure a standing rule proves: the rule's scope says where it holds
     failed: Mechanism | None = None  # how it failed (None: measured); OTHER when unknown
     margins: tuple[float, ...] | None = None  # per SLO, the distance past its bound (<= 0 met)
+    captured: bool = True  # False: its CUDA-graph capture failed other than by memory
 
     @property
     def mechanism(self) -> Mechanism | None:
@@ -157,7 +158,10 @@ def decide(
     open_rows = np.flatnonzero(mask)
     test = features.take([int(i) for i in open_rows])
     outcomes = [
-        Outcome(index=s.index, failed=s.mechanism, margins=s.margins, explained=s.explained) for s in seen
+        Outcome(
+            index=s.index, failed=s.mechanism, margins=s.margins, explained=s.explained, captured=s.captured
+        )
+        for s in seen
     ]
     known = any(s.feasible for s in seen)
     widen = CALIBRATION
