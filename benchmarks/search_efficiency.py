@@ -180,13 +180,13 @@ def split_settings(text: str) -> list[str]:
 
 
 def _value_like(old: object, text: str) -> object:
-    """A --tweak value read as the constant's type: a bool from true/false (or 1/0), a tuple or dict from its
-    Python literal, a number or string as written."""
+    """A --tweak value read as the constant's type: a bool from true/false (or 1/0), a tuple, set or dict from
+    its Python literal, a number or string as written."""
     if isinstance(old, bool):
         if text.strip().lower() not in ("true", "false", "1", "0"):
             raise SystemExit(f"--tweak: {text!r} is not a bool (true or false)")
         return text.strip().lower() in ("true", "1")
-    if isinstance(old, (tuple, list, dict)):
+    if isinstance(old, (tuple, list, dict, set, frozenset)):
         return type(old)(ast.literal_eval(text))
     return type(old)(text)
 

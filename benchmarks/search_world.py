@@ -38,6 +38,7 @@ from tuner.config import (
     Outcome,
     Phase,
     ServerFacts,
+    ServerLoad,
     StageTimings,
     TrialConfig,
 )
@@ -260,6 +261,10 @@ class World:
             finished_at=now,
             timings=StageTimings(launch_s=1.0, bench_s=float(p.duration_s or 0.0)),
             gpus=self.gpus[: shot.tp],
+            load=None if failure is not None else ServerLoad(
+                peak_running=p.max_batch, retractions=p.retractions,
+                peak_kv_usage=round(p.peak_kv_used / p.kv_tokens, 2) if p.kv_tokens else None,
+            ),
         )
 
     def _bench(self, shot: Shot, output_tok_s: float) -> BenchResult:

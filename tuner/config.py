@@ -204,6 +204,15 @@ class Failure:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ServerLoad:
+    """What the server's scheduler did under the benchmark, from its batch log lines."""
+
+    peak_running: int | None = None  # the most requests it ran at once
+    peak_kv_usage: float | None = None  # the largest share of its KV pool in use at once
+    retractions: int | None = None  # requests retracted for want of KV cache (None: not known)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ServerFacts:
     """What a ready server reported about itself (endpoint first, log as cross-check)."""
 

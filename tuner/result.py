@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from tuner.bench.types import BenchResult
-from tuner.config import Failure, GpuInfo, LaunchSpec, Outcome, ServerFacts, StageTimings, TrialConfig
+from tuner.config import (
+    Failure,
+    GpuInfo,
+    LaunchSpec,
+    Outcome,
+    ServerFacts,
+    ServerLoad,
+    StageTimings,
+    TrialConfig,
+)
 from tuner.gate.checks import GateResult
 
 __all__ = ["TrialResult"]
@@ -30,6 +39,7 @@ class TrialResult:
     server: ServerFacts | None = None
     gate: GateResult | None = None
     bench: BenchResult | None = None
+    load: ServerLoad | None = None  # the scheduler's batch under the benchmark (its log lines)
     min_free_mib: tuple[int, ...] | None = None
     log_excerpt: str = ""
     started_at: datetime

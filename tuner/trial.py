@@ -27,6 +27,7 @@ from tuner.config import (
     Outcome,
     Phase,
     ServerFacts,
+    ServerLoad,
     StageTimings,
     TrialConfig,
 )
@@ -46,6 +47,7 @@ from tuner.session import (
 )
 from tuner.sglang import logs
 from tuner.sglang.auth import ServerAuth, auth_from_argv
+from tuner.sglang.batch_lines import server_load
 from tuner.sglang.flags import min_gpus
 from tuner.sglang.orphans import LiveServer
 from tuner.sglang.server import ServerProcess
@@ -88,6 +90,7 @@ class _TrialRun:
         self.facts: ServerFacts | None = None
         self.gate_result: GateResult | None = None
         self.bench_result: BenchResult | None = None
+        self.load: ServerLoad | None = None  # the scheduler's batch under the benchmark
         self.sampler: MemorySampler | None = None
         self.gpus: tuple[GpuInfo, ...] = ()
         self.baseline: tuple[int, ...] | None = None  # used MiB per GPU before the launch
@@ -266,6 +269,7 @@ class _TrialRun:
             return None
         points = ", ".join(p.label for p in space.bench.load_points)
         self._phase(Phase.BENCH, points)
+        cursor = server.cursor()
         result = self._timed(
             "bench",
             lambda: self.ctx.bench(
@@ -278,6 +282,8 @@ class _TrialRun:
             ),
         )
         self.bench_result = result
+        lines = server.lines_since(cursor)
+        self.load = server_load(lines, complete=server.cursor() - cursor <= len(lines))
         INTERRUPTS.check()
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)
@@ -384,6 +390,7 @@ class _TrialRun:
             server=self.facts,
             gate=self.gate_result,
             bench=self.bench_result,
+            load=self.load if outcome is Outcome.OK else None,
             min_free_mib=self.sampler.min_free_mib if self.sampler else None,
             log_excerpt=excerpt,
             started_at=self.started_at,

@@ -53,6 +53,11 @@ def test_trtllm_passes_the_gate_and_measures_what_the_scenario_models(ctx: Trial
     assert metrics.output_throughput == pytest.approx(want.output_tok_s, rel=0.15)
     assert metrics.total_throughput == pytest.approx(want.total_tok_s, rel=0.15)
     assert not result.bench.client_bound
+    # the scheduler's batch under the benchmark, from its log lines: what the search reads as twins
+    load = result.load
+    assert load is not None and load.retractions == 0, load
+    assert load.peak_running is not None and 1 < load.peak_running <= bench.load_points[0].concurrency, load
+    assert load.peak_kv_usage is not None and 0 < load.peak_kv_usage < 1, load
 
 
 @pytest.mark.parametrize("backends", ["flashmla_kv/flashmla_kv", "flashmla_sparse/flashmla_sparse"])

@@ -8,10 +8,11 @@ from typing import Any
 
 import httpx
 
+from tuner.config import ServerLoad
 from tuner.gate.load import BurstLoad, client_overlap, required
 from tuner.gate.run import GateVerdict, run_gate
 from tuner.gate.settings import GateSettings, ReferenceSettings
-from tuner.sglang.batch_lines import running_requests
+from tuner.sglang.batch_lines import running_requests, server_load
 
 PROMPTS = ("def fibonacci(n):", "Once upon a time")
 
@@ -157,3 +158,22 @@ def test_the_running_cap_is_read_from_server_info_of_real_sglang() -> None:
     assert max_running({"max_running_requests": 48}) == 48
     assert max_running({"max_running_requests": None}) is None
     assert max_running({"internal_states": [{"effective_max_running_requests_per_dp": 10**18}]}) is None
+
+
+def test_batch_lines_of_real_sglang_give_the_load_a_benchmark_put_on_the_scheduler() -> None:
+    lines = [
+        "[2026-12-01 21:47:49] Prefill batch, #new-seq: 3, #new-token: 384, #cached-token: 0, "
+        "token usage: 0.12, #running-req: 1, #queue-req: 0, #pending-token: 0, cuda graph: True, "
+        "input throughput (token/s): 92511.97",
+        "[2026-12-01 21:47:50] Decode batch, #running-req: 6, #full token: 900, full token usage: 0.31, "
+        "#swa token: 4000, swa token usage: 0.97, cuda graph: True, gen throughput (token/s): 16.97, "
+        "#queue-req: 0",
+        "[2026-12-01 21:47:51] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+        "#new_tokens_gained: 512",
+    ]
+    load = server_load(lines)
+    assert load is not None
+    assert (load.peak_running, load.peak_kv_usage, load.retractions) == (6, 0.31, 2)  # not the SWA pool
+    assert server_load(lines[:1]) == ServerLoad(peak_running=4, peak_kv_usage=0.12, retractions=0)
+    assert server_load(lines, complete=False).retractions is None  # type: ignore[union-attr]
+    assert server_load(lines[2:]) is None  # no batch line: nothing known

@@ -228,7 +228,7 @@ def test_a_twin_of_the_incumbent_differs_from_it_by_less_than_its_own_spread_and
     seen = [Seen(index=i, log_first=flat(*GRID[i]) + 0.03 * rng.standard_normal(), second=None, feasible=True)
             for i in rows]  # fmt: skip
     open_rows = [i for i in range(len(GRID)) if i not in rows]
-    mu, sd, _, incumbent, sd_gain, _ = _posterior(FEATURES, BLOCKS, seen, FEATURES.take(open_rows), None)
+    mu, sd, _, incumbent, sd_gain, _, _ = _posterior(FEATURES, BLOCKS, seen, FEATURES.take(open_rows), None)
     assert incumbent is not None and sd_gain is not None
     centre = GRID[incumbent]
     twin = open_rows.index(row(centre[0] - 1, *centre[1:]))

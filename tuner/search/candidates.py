@@ -179,7 +179,7 @@ def _layout(space: SearchSpace) -> tuple[tuple[Block, ...], tuple[list[_Column],
         elif p.kind is ParamKind.CUDA_GRAPH:
             cat_cols.append((p, "level", levels))
             cat_cols.append((p, "graphs", {False: 0, True: 1}))
-            sizes = [s for s in (_graph_bs(v) for v in values) if s]
+            sizes = [s for s in (graph_bs(v) for v in values) if s]
             if len(sizes) > 1:
                 num_cols.append((p, "graph_bs", (math.log(min(sizes)), math.log(max(sizes)), True)))
             batch = running_batch(space)
@@ -220,7 +220,7 @@ def _size(p: Param, value: Any) -> float | None:
 def _number(p: Param, how: str, value: Any) -> float:
     """A numeric column's raw value: the largest captured batch, a knob's size, or the number."""
     if how == "graph_bs":
-        return float(_graph_bs(value) or 0)
+        return float(graph_bs(value) or 0)
     if how == "size":
         return _size(p, value) or 0.0
     return float(value)
@@ -230,7 +230,8 @@ def _span(low: float, high: float, log: bool) -> tuple[float, float, bool]:
     return (math.log(low), math.log(high), True) if log else (low, high, False)
 
 
-def _graph_bs(value: Any) -> int | None:
+def graph_bs(value: Any) -> int | None:
+    """The largest batch a graph setting captures (None: off, or SGLang's own list)."""
     text = str(value)
     if text.startswith("max:"):
         return int(text[4:])
@@ -251,7 +252,7 @@ def _coverage(params: Mapping[str, Any], value: Any, batch: float, caps: tuple[s
     for a batch no larger than the largest captured one and runs larger batches eagerly, so what
     counts is the largest captured batch against the batch that runs (the benchmark's concurrency,
     capped by max running requests). -1: SGLang's own default list (its size is the release's)."""
-    bs = _graph_bs(value)
+    bs = graph_bs(value)
     if str(value) == "off":
         return 0.0
     if not bs:

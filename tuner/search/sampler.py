@@ -30,6 +30,7 @@ from tuner.search.candidates import (
     candidates,
     capped_batch,
     params_key,
+    role_of,
     running_batch,
     running_caps,
 )
@@ -40,6 +41,7 @@ from tuner.search.policy import Policy
 from tuner.search.strategy import Seen, decide
 from tuner.search.surrogate import Features
 from tuner.search.told import concluded, measured_values
+from tuner.search.twins import Loaded, twins_of
 from tuner.sglang.backend_support import built_for, sm_major
 from tuner.space.goals import Slo
 from tuner.space.sampling import joined_params, sampler_params
@@ -149,7 +151,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             if got is not None:
                 seen.append(got)
                 launches += 1
-        second = capacity = None
+        second = capacity = twins = None
         if self._policy_of is not None:
             policy = self._policy_of(trials)
             explained = {r.evidence for r in policy.rules} if policy.prune else set()
@@ -170,6 +172,8 @@ class StructuredSampler(optuna.samplers.BaseSampler):
                 predicted.append(decision.prediction.kv_tokens)
             if strategy.KV_COVER:
                 capacity = _kv_cover(self._space, found, predicted)
+            if strategy.TWINS:
+                twins = _twins(self._space, found, trials, seen, kv)
             names = list(study.metric_names or [])
             maximised = len(directions) > 1 and directions[1] is StudyDirection.MAXIMIZE
             if maximised and names[1:2] == ["kv_tokens"] and any(kv):
@@ -184,7 +188,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             features, found.blocks, seen, allowed, second=second, seed=seed, rank=choosing,
             left=left, budget=self._budget, pending=pending, capacity=capacity, priors=priors,
             memory_fits=None if plane is None else plane.p_above(0.0), slo_met=vram_floors(plane, trials),
-            offset=_running_offset(self._space, found, study.metric_names, directions),
+            offset=_running_offset(self._space, found, study.metric_names, directions), twins=twins,
         )  # fmt: skip
         if pick is None:
             return {}
@@ -214,6 +218,43 @@ def _running_offset(
     batches = np.asarray([capped_batch(params, float(clients), caps) for params in found.params])
     out: np.ndarray = RUNNING_PRIOR * np.log(batches / clients)
     return out
+
+
+def _twins(
+    space: SearchSpace,
+    found: Candidates,
+    trials: Sequence[FrozenTrial],
+    seen: Sequence[Seen],
+    kv_pool: Sequence[float],
+) -> np.ndarray | None:
+    """Per candidate, the row of a measured launch it is a twin of (tuner.search.twins; -1: none)."""
+    clients = running_batch(space)
+    if clients is None:
+        return None
+    by_number = {t.number: t for t in trials}
+    launches = []
+    for s in seen:
+        t = by_number.get(s.trial) if s.trial is not None else None
+        if t is None or not s.feasible or s.log_first is None:
+            continue
+        a = t.user_attrs
+        launches.append(
+            Loaded(
+                index=s.index, peak_running=_whole(a.get("bench_peak_running")),
+                peak_kv_usage=_share(a.get("bench_peak_kv_usage")),
+                retractions=_whole(a.get("bench_retractions")), kv_pool=_whole(a.get("kv_tokens")),
+            )  # fmt: skip
+        )
+    roles = {p.name: role_of(p) for p in space.params}
+    return twins_of(found.params, roles, clients, launches, [v or None for v in kv_pool])
+
+
+def _whole(value: object) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _share(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _kv_cover(space: SearchSpace, found: Candidates, predicted: Sequence[float | None]) -> np.ndarray | None:

@@ -69,6 +69,10 @@ IMPROVE_BY = 0.0
 # the difference's sd is small and so is its expected gain, while a configuration the launches say
 # little about differs by the sum of both variances (noisy EI's correlation, Letham et al. 2019).
 CORRELATED = False  # measured: neutral (docs/design.md)
+# Twins of a measured launch (tuner.search.twins: the same configuration but for knobs that could not
+# have mattered to its benchmark) take its throughput as known: the launch's posterior mean, with
+# no spread of their own -- launching one is a repeat, not exploration.
+TWINS = False
 PRIOR_LATER = 0.0  # the memory prior's strength once a feasible launch is known (1 before)
 # Measured options, off (docs/design.md gives the figures):
 AVERAGE = False  # average the objective's model over the knobs' relevance and noise (fit_predict)
@@ -139,6 +143,7 @@ def decide(
     memory_fits: Array | None = None,
     offset: Array | None = None,
     slo_met: Mapping[int, Array] | None = None,
+    twins: NDArray[np.int64] | None = None,
 ) -> Choice | None:
     """The next candidate to launch (its index), or None when none is allowed.
 
@@ -180,9 +185,13 @@ def decide(
     around = measured
     if shift is not None:  # the model learns the rest around the prior mean
         around = [replace(s, log_first=(s.log_first or 0.0) - float(shift[s.index])) for s in measured]
-    mu, sd, best, incumbent, sd_gain, noise = _posterior(features, blocks, around, test, waiting, shift)
+    mu, sd, best, incumbent, sd_gain, noise, at_good = _posterior(
+        features, blocks, around, test, waiting, shift
+    )
     if shift is not None:
         mu = mu + shift[open_rows]
+    if twins is not None and at_good:
+        mu, sd = _as_twins(mu, sd, twins[open_rows], at_good, 0.0 if shift is None else shift)
     sd = sd * widen
     sd_gain = None if sd_gain is None else sd_gain * widen
     front = [(math.exp(s.log_first), s.second) for s in measured
@@ -251,6 +260,20 @@ def _with_column(
     return wider, [*blocks, block], wider.take([int(i) for i in open_rows]), waiting
 
 
+def _as_twins(
+    mu: Array, sd: Array, twin_rows: NDArray[np.int64], at_good: Mapping[int, float], shift: Array | float
+) -> tuple[Array, Array]:
+    """The open candidates' mean and sd with each twin of a measured launch given the launch's
+    posterior mean (`at_good`: per measured feasible row, without the prior `shift`) and no spread."""
+    mu, sd = mu.copy(), sd.copy()
+    for k, source in enumerate(twin_rows):
+        if int(source) in at_good:
+            own = shift if isinstance(shift, float) else float(shift[int(source)])
+            mu[k] = at_good[int(source)] + own
+            sd[k] = 1e-6
+    return mu, sd
+
+
 def _posterior(
     features: Features,
     blocks: Sequence[Block],
@@ -258,15 +281,16 @@ def _posterior(
     test: Features,
     waiting: Features | None,
     shift: Array | None = None,
-) -> tuple[Array, Array, float | None, int | None, Array | None, float | None]:
+) -> tuple[Array, Array, float | None, int | None, Array | None, float | None, dict[int, float]]:
     """The first objective's log posterior (mean, sd) over the open candidates, the incumbent by the
     model's mean (None until a feasible launch was measured) with its row, (CORRELATED) the sd of
-    each candidate's difference to the incumbent, and the fitted measurement noise sd. With nothing
-    measured: a flat prior, kept away from what is already running."""
+    each candidate's difference to the incumbent, the fitted measurement noise sd, and the posterior
+    mean at each measured feasible launch's row. With nothing measured: a flat prior, kept away from
+    what is already running."""
     n = len(test.cat)
     if not measured:
         sd = _spread_near(features, blocks, test, waiting) if waiting is not None else np.ones(n)
-        return np.zeros(n), sd, None, None, None, None
+        return np.zeros(n), sd, None, None, None, None, {}
     y = np.asarray([s.log_first for s in measured], dtype=np.float64)
     spread = max(float(np.std(y)), MIN_SPREAD)
     good = [s.index for s in measured if s.feasible]
@@ -289,14 +313,15 @@ def _posterior(
     noise = spread * math.sqrt(post.noise)
     # the incumbent by the model's mean, not the luckiest noisy measurement
     if not good:
-        return post.mean[:n], post.sd[:n], None, None, None, noise
+        return post.mean[:n], post.sd[:n], None, None, None, noise, {}
+    means = {g: float(m) for g, m in zip(good, post.mean[n:], strict=True)}
     at_good = post.mean[n:] + (shift[good] if shift is not None else 0.0)
     top = int(np.argmax(at_good))
     sd_gain = None
     if post.anchor_cov is not None:
         var = post.sd[:n] ** 2 + post.sd[n + top] ** 2 - 2.0 * post.anchor_cov[:n, top]
         sd_gain = np.sqrt(np.maximum(var, 1e-12))
-    return post.mean[:n], post.sd[:n], math.exp(float(at_good[top])), good[top], sd_gain, noise
+    return post.mean[:n], post.sd[:n], math.exp(float(at_good[top])), good[top], sd_gain, noise, means
 
 
 def _neighbours(

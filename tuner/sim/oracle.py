@@ -94,6 +94,7 @@ class Prediction:
     e2e_p99_ms: float | None = None
     max_batch: int = 0  # largest decode batch of the benchmark
     max_queue: int = 0  # longest waiting queue of the benchmark
+    peak_kv_used: int = 0  # most KV-cache tokens in use at once during the benchmark
     retractions: int = 0
     detail: str = ""
 
@@ -111,6 +112,7 @@ class _Watch:
     nan: bool = False
     max_batch: int = 0
     max_queue: int = 0
+    peak_kv_used: int = 0
 
 
 def predict(scenario: Scenario, launch: Launch, workload: Workload) -> Prediction:
@@ -195,6 +197,7 @@ def _measured(
         e2e_p99_ms=percentile(e2e, 99),
         max_batch=bench.max_batch,
         max_queue=bench.max_queue,
+        peak_kv_used=bench.peak_kv_used,
         retractions=sched.retracted_total,
     )
 
@@ -237,6 +240,7 @@ def _watch_step(
         watch.max_batch = max(watch.max_batch, step.batch)
         watch.nan = watch.nan or launch.nan_at(step.batch, step.graph)
     watch.max_queue = max(watch.max_queue, len(sched.waiting))
+    watch.peak_kv_used = max(watch.peak_kv_used, sched.used_tokens)
 
 
 def _run_closed(

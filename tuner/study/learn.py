@@ -50,6 +50,7 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
         sequential_ok = not any(r == "sequential" and v != "passed" for r, v in rounds)
     effective = result.effective.cuda_graph if result.effective is not None else None
     captured = result.server.captured_bs if result.server is not None else None
+    load = result.load if failure is None else None
     return {
         # what SGLang reports it ran, when that differs from the request: the rules learn from it
         "effective_key": result.effective_key,
@@ -65,6 +66,10 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
         "gpu_total_mib": result.gpus[0].total_mib if result.gpus else None,
         # the largest decode batch its graphs captured, as the server reported (SGLang's own list's size)
         "captured_graph_max_bs": max(captured) if captured else None,
+        # what bound the batch under the benchmark: the search reads which knobs could not matter
+        "bench_peak_running": load.peak_running if load is not None else None,
+        "bench_peak_kv_usage": load.peak_kv_usage if load is not None else None,
+        "bench_retractions": load.retractions if load is not None else None,
     }
 
 
