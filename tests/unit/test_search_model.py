@@ -528,3 +528,20 @@ def test_as_a_kernel_fault_a_nan_in_graphs_is_not_spread_over_other_decode_backe
     monkeypatch.setattr(feasible, "KERNEL_FAULTS", False)
     q = np.exp(log_p_feasible(feats, blocks, seen, feats) - log_p_feasible(feats, blocks, seen[:2], feats))
     assert q[at((2, 0, 2))] < 0.9 * q[at((1, 0, 2))]  # the plain model spreads the NaN over the graph size
+
+
+def test_twins_of_a_measured_launch_are_repeats_not_exploration() -> None:
+    # only the backend pair matters; pair 1 is the best, measured once
+    rng = np.random.default_rng(5)
+    rows = [row(4, 2, 1, 0), row(4, 0, 0, 0), row(4, 1, 2, 1), row(3, 3, 3, 0), row(6, 2, 0, 1)]
+    seen = [Seen(index=i, log_first=[0.0, 0.25, -0.1, 0.1][GRID[i][2]] + 0.02 * rng.standard_normal(),
+                 second=None, feasible=True) for i in rows]  # fmt: skip
+    allowed = [i not in rows for i in range(len(GRID))]
+    twins = np.full(len(GRID), -1, dtype=np.int64)
+    twins[[i for i, (_, _, p, _) in enumerate(GRID) if p == 1 and allowed[i]]] = row(4, 2, 1, 0)
+    kw = {"second": None, "left": 4, "budget": 16}
+    plain = [choose(FEATURES, BLOCKS, seen, allowed, seed=s, **kw) for s in range(16)]
+    known = [choose(FEATURES, BLOCKS, seen, allowed, seed=s, twins=twins, **kw) for s in range(16)]
+    assert sum(i is not None and twins[i] >= 0 for i in plain) >= 12  # near the incumbent, each looks a gain
+    # told they would run the incumbent's schedule again, the search measures something it has not
+    assert all(i is not None and twins[i] < 0 for i in known)

@@ -4,7 +4,9 @@ have mattered to its benchmark (tuner.search.twins)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from tuner.search import twins as twins_module
 from tuner.search.twins import USAGE_BOUND, Loaded, twins_of, unbound
 
 ROLES = {"fraction": "fraction", "graphs": "graphs", "pair": "backends", "cap": "running"}
@@ -67,3 +69,16 @@ def test_a_launch_something_held_back_has_no_twins() -> None:
     ):
         assert not unbound(launch, CLIENTS) and not twins(launch)
     assert not np.any(twins_of(PARAMS, ROLES, CLIENTS, [], [None] * len(PARAMS)) >= 0)
+
+
+def test_with_the_option_a_batch_its_own_cap_held_is_measured_for_that_cap_with_other_limits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(twins_module, "CAPPED", True)
+    launch = launched(cap=16, running=16, graphs="max:16")  # 16 of 32 clients: its cap held the batch
+    got = twins(launch)
+    same = {"pair": "fa3/fa3", "cap": 16}
+    assert at(fraction=0.9, graphs="max:64", **same) in got  # graphs of 64 replay a batch of 16 alike
+    assert at(fraction=0.8, graphs="off", **same) not in got
+    assert at(fraction=0.8, graphs="max:16", pair="fa3/fa3", cap=32) not in got  # a larger batch would run
+    assert not twins(launched(cap=16, running=12, graphs="max:16"))  # the cap was never reached

@@ -1,6 +1,6 @@
 """The structured search's decision, as a pure function: what has been seen -> the next candidate.
 
-    decide(features, blocks, seen, allowed, second, seed, left, budget, pending) -> Choice
+    decide(features, blocks, seen, allowed, second, seed, left, budget, pending, twins) -> Choice
 
 `seen` holds every launched configuration: its measured objective values (first: modelled in log
 space, higher is better -- a throughput, or 1 / a latency; second: the same for the second
@@ -11,6 +11,10 @@ log first objective over the measured launches; the chance of passing each failu
 fitted on the knobs that mechanism involves (tuner.search.feasible); and each SLO's margin. The
 acquisition (tuner.search.acquire, in logs) weighs expected improvement of the incumbent (the
 model's best mean at a feasible measured launch) and of the front by that chance.
+
+Twins of a measured launch (`twins`: the same configuration but for a running cap, fraction or graph
+size that could not have mattered, as its scheduler's load shows; tuner.search.twins) take its
+posterior mean with no spread: launching one would be a repeat.
 
 Launches still running (`pending`) are conditioned on as if they had measured what the model
 predicts (kriging believer): the uncertainty near them shrinks, so a second worker goes elsewhere.
@@ -72,7 +76,7 @@ CORRELATED = False  # measured: neutral (docs/design.md)
 # Twins of a measured launch (tuner.search.twins: the same configuration but for knobs that could not
 # have mattered to its benchmark) take its throughput as known: the launch's posterior mean, with
 # no spread of their own -- launching one is a repeat, not exploration.
-TWINS = False
+TWINS = True
 PRIOR_LATER = 0.0  # the memory prior's strength once a feasible launch is known (1 before)
 # Measured options, off (docs/design.md gives the figures):
 AVERAGE = False  # average the objective's model over the knobs' relevance and noise (fit_predict)

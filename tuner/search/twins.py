@@ -25,6 +25,9 @@ from numpy.typing import NDArray
 from tuner.search.candidates import graph_bs
 
 USAGE_BOUND = 0.9  # a KV pool filled past this share may have held requests back (admission reserves ahead)
+# A launch whose own running-request cap (below the clients) held its batch, and nothing else: the same
+# cap with other fractions and graph sizes that still hold that batch runs the same schedule too.
+CAPPED = False
 FLEXIBLE = frozenset({"running", "fraction", "graphs"})
 
 
@@ -40,7 +43,8 @@ class Loaded:
 
 
 def unbound(launch: Loaded, clients: int) -> bool:
-    """Whether neither the running-request cap nor the KV pool held the launch's batch back."""
+    """Whether neither the running-request cap nor the KV pool held the launch's batch back
+    (`clients`: the batch the launch could run: the benchmark's clients, or its own cap below them)."""
     return (
         launch.peak_running is not None
         and launch.peak_running >= clients
@@ -62,7 +66,8 @@ def twins_of(
     param's physical role; `kv_pool`: each candidate's KV pool in tokens as the memory model
     predicts it (None: not known)."""
     out = np.full(len(params), -1, dtype=np.int64)
-    sources = [launch for launch in launches if unbound(launch, clients)]
+    batch = {launch.index: _batch(params[launch.index], roles, clients) for launch in launches}
+    sources = [launch for launch in launches if batch[launch.index] and unbound(launch, batch[launch.index])]
     if not sources:
         return out
     fixed = [name for name in roles if roles[name] not in FLEXIBLE]
@@ -75,8 +80,22 @@ def twins_of(
         for i in groups.get(_key(own, fixed), []):
             if out[i] >= 0 or i == launch.index:
                 continue
-            if all(_same_run(name, roles[name], own, params[i], clients, need, kv_pool[i]) for name in roles):
+            ran = batch[launch.index]
+            if all(
+                _same_run(name, roles[name], own, params[i], clients, ran, need, kv_pool[i]) for name in roles
+            ):
                 out[i] = launch.index
+    return out
+
+
+def _batch(p: Mapping[str, object], roles: Mapping[str, str], clients: int) -> int:
+    """The batch a launch's limits let run: the clients, or (CAPPED) its own running cap below them;
+    0 where its cap is below the clients and CAPPED is off."""
+    out = clients
+    for name, role in roles.items():
+        cap = p.get(name)
+        if role == "running" and isinstance(cap, int) and not isinstance(cap, bool) and 0 < cap < out:
+            out = cap if CAPPED else 0
     return out
 
 
@@ -90,18 +109,20 @@ def _same_run(
     own: Mapping[str, object],
     other: Mapping[str, object],
     clients: int,
+    ran: int,
     need: float,
     pool: float | None,
 ) -> bool:
+    """Whether `other` runs `own`'s schedule as far as knob `name` goes (`ran`: the batch `own` ran)."""
     a, b = own.get(name), other.get(name)
     if role not in FLEXIBLE or a == b:
         return a == b
-    if role == "running":
+    if role == "running":  # two caps admit the same batch only when both admit every client
         return _admits(a, clients) and _admits(b, clients)
     if role == "fraction":
         return pool is not None and pool >= need
     # graphs: both replay the whole running batch
-    return (graph_bs(a) or 0) >= clients and (graph_bs(b) or 0) >= clients
+    return (graph_bs(a) or 0) >= ran and (graph_bs(b) or 0) >= ran
 
 
 def _admits(cap: object, clients: int) -> bool:
