@@ -47,7 +47,6 @@ from tuner.session import (
 )
 from tuner.sglang import logs
 from tuner.sglang.auth import ServerAuth, auth_from_argv
-from tuner.sglang.batch_lines import server_load
 from tuner.sglang.flags import min_gpus
 from tuner.sglang.orphans import LiveServer
 from tuner.sglang.server import ServerProcess
@@ -269,7 +268,7 @@ class _TrialRun:
             return None
         points = ", ".join(p.label for p in space.bench.load_points)
         self._phase(Phase.BENCH, points)
-        cursor = server.cursor()
+        server.meter_load()
         result = self._timed(
             "bench",
             lambda: self.ctx.bench(
@@ -282,8 +281,7 @@ class _TrialRun:
             ),
         )
         self.bench_result = result
-        lines = server.lines_since(cursor)
-        self.load = server_load(lines, complete=server.cursor() - cursor <= len(lines))
+        self.load = server.metered_load()
         INTERRUPTS.check()
         if result.crashed or server.died.is_set():
             return self._died(Phase.BENCH)

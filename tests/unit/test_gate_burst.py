@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tuner.config import ServerLoad
+from tuner.config import LaunchSpec, ServerLoad
 from tuner.gate.load import BurstLoad, client_overlap, required
 from tuner.gate.run import GateVerdict, run_gate
 from tuner.gate.settings import GateSettings, ReferenceSettings
+from tuner.sglang import server as server_module
 from tuner.sglang.batch_lines import running_requests, server_load
+from tuner.sglang.server import ServerProcess
 
 PROMPTS = ("def fibonacci(n):", "Once upon a time")
 
@@ -175,5 +179,19 @@ def test_batch_lines_of_real_sglang_give_the_load_a_benchmark_put_on_the_schedul
     assert load is not None
     assert (load.peak_running, load.peak_kv_usage, load.retractions) == (6, 0.31, 2)  # not the SWA pool
     assert server_load(lines[:1]) == ServerLoad(peak_running=4, peak_kv_usage=0.12, retractions=0)
-    assert server_load(lines, complete=False).retractions is None  # type: ignore[union-attr]
     assert server_load(lines[2:]) is None  # no batch line: nothing known
+
+
+def test_a_server_meters_the_load_of_every_line_however_few_its_tail_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "TAIL_LINES", 3)
+    spec = LaunchSpec(argv=("true",), port=1, log_path=tmp_path / "server.log", sglang_version="0.5.17")
+    server = ServerProcess(spec)
+    server._on_line("Decode batch, #running-req: 9, #token: 10, token usage: 0.50, #queue-req: 0")
+    server.meter_load()  # the benchmark starts: what came before is not its load
+    server._on_line("KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_tokens_gained: 9")
+    for _ in range(10):  # more lines than the tail keeps
+        server._on_line("Decode batch, #running-req: 4, #token: 10, token usage: 0.20, #queue-req: 0")
+    assert len(server.lines()) == 3
+    assert server.metered_load() == ServerLoad(peak_running=4, peak_kv_usage=0.2, retractions=3)

@@ -11,7 +11,8 @@ most of its KV pool in use: lower bounds, since decode lines are sampled.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from tuner.config import ServerLoad
 
@@ -23,30 +24,46 @@ _RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
 
 def running_requests(lines: Iterable[str]) -> int | None:
     """The most requests the scheduler's batch lines show running at once; None without such a line."""
-    most: int | None = None
+    meter = LoadMeter()
     for line in lines:
+        meter.add(line)
+    return meter.peak_running
+
+
+@dataclass(kw_only=True, slots=True)
+class LoadMeter:
+    """The scheduler's load over the lines given to it one at a time, as they arrive (a server's
+    reader thread keeps one per benchmark, so no line is lost to a bounded buffer)."""
+
+    peak_running: int | None = None
+    peak_kv_usage: float | None = None
+    retractions: int = 0
+
+    def add(self, line: str) -> None:
         running = _RUNNING.search(line)
-        if running is None:
-            continue
-        count = int(running.group(1))
-        new = _NEW_SEQ.search(line)
-        if new is not None:
-            count += int(new.group(1))
-        most = count if most is None else max(most, count)
-    return most
+        if running is not None:
+            count = int(running.group(1))
+            new = _NEW_SEQ.search(line)
+            count += int(new.group(1)) if new is not None else 0
+            self.peak_running = count if self.peak_running is None else max(self.peak_running, count)
+        for m in _USAGE.finditer(line):
+            usage = float(m.group(1))
+            self.peak_kv_usage = usage if self.peak_kv_usage is None else max(self.peak_kv_usage, usage)
+        self.retractions += sum(int(m.group(1)) for m in _RETRACTED.finditer(line))
+
+    def load(self) -> ServerLoad | None:
+        """What the lines showed; None when no batch line was among them."""
+        if self.peak_running is None:
+            return None
+        return ServerLoad(
+            peak_running=self.peak_running, peak_kv_usage=self.peak_kv_usage, retractions=self.retractions
+        )
 
 
-def server_load(lines: Sequence[str], *, complete: bool = True) -> ServerLoad | None:
+def server_load(lines: Iterable[str]) -> ServerLoad | None:
     """The scheduler's peak batch, peak KV-pool share and retractions over `lines` (a benchmark's);
-    None when no batch line is among them. `complete` False: lines were lost before these (a log
-    buffer's end), so the retractions are not known."""
-    running = running_requests(lines)
-    if running is None:
-        return None
-    usage = [float(m.group(1)) for line in lines for m in _USAGE.finditer(line)]
-    retracted = sum(int(m.group(1)) for line in lines for m in _RETRACTED.finditer(line))
-    return ServerLoad(
-        peak_running=running,
-        peak_kv_usage=max(usage) if usage else None,
-        retractions=retracted if complete else None,
-    )
+    None when no batch line is among them."""
+    meter = LoadMeter()
+    for line in lines:
+        meter.add(line)
+    return meter.load()

@@ -21,12 +21,13 @@ from typing import Any, TextIO
 
 import httpx
 
-from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts
+from tuner.config import Failure, LaunchSpec, Outcome, Phase, ServerFacts, ServerLoad
 from tuner.errors import LaunchError
 from tuner.host import CpuWatch
 from tuner.private import open_private, private_dir
 from tuner.sglang import logs
 from tuner.sglang.auth import auth_from_argv, httpx_auth
+from tuner.sglang.batch_lines import LoadMeter
 from tuner.sglang.http import SyncClient
 from tuner.sglang.log_events import Ready
 from tuner.sglang.log_parse import parse_line
@@ -78,6 +79,7 @@ class ServerProcess:
         self._started_at: float | None = None
         self.died = threading.Event()  # set when the process exits or prints a fatal line
         self.stop_report: StopReport | None = None
+        self._meter: LoadMeter | None = None  # the scheduler's load since meter_load()
 
     # -- launch ---------------------------------------------------------------------------------
 
@@ -132,6 +134,8 @@ class ServerProcess:
                     self.ready_line_at = now
             if self.fatal_at is None and logs.is_fatal(line):
                 self.fatal_at = now
+            if self._meter is not None:
+                self._meter.add(line)
         if self._log_file is not None:
             try:
                 self._log_file.write(line + "\n")
@@ -152,6 +156,16 @@ class ServerProcess:
     def lines(self) -> list[str]:
         with self._lock:
             return list(self._tail)
+
+    def meter_load(self) -> None:
+        """Start measuring the scheduler's load from the next line on (tuner.sglang.batch_lines)."""
+        with self._lock:
+            self._meter = LoadMeter()
+
+    def metered_load(self) -> ServerLoad | None:
+        """The scheduler's load since meter_load(): every line counted, however many the tail keeps."""
+        with self._lock:
+            return self._meter.load() if self._meter is not None else None
 
     def cursor(self) -> int:
         """A position in the log; `lines_since` returns what came after it."""
