@@ -3,11 +3,17 @@ have mattered to its benchmark (tuner.search.twins)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import optuna
 import pytest
 
 from tuner.search import twins as twins_module
+from tuner.search.sampler import _twins, space_candidates
+from tuner.search.strategy import Seen
 from tuner.search.twins import USAGE_BOUND, Loaded, twins_of, unbound
+from tuner.space.loader import load_space
 
 ROLES = {"fraction": "fraction", "graphs": "graphs", "pair": "backends", "cap": "running"}
 CLIENTS = 32
@@ -82,3 +88,20 @@ def test_with_the_option_a_batch_its_own_cap_held_is_measured_for_that_cap_with_
     assert at(fraction=0.8, graphs="off", **same) not in got
     assert at(fraction=0.8, graphs="max:16", pair="fa3/fa3", cap=32) not in got  # a larger batch would run
     assert not twins(launched(cap=16, running=12, graphs="max:16"))  # the cap was never reached
+
+
+def test_a_study_reads_twins_from_its_trials_unless_its_objective_is_a_capacity_search() -> None:
+    root = Path(__file__).resolve().parents[2] / "search_spaces"
+    got = {}
+    for name in ("glm5-nvfp4-sm120-sim.yaml", "glm5-nvfp4-sm120-capacity-sim.yaml"):
+        space = load_space(root / name)
+        found, _ = space_candidates(space)
+        clients = max(lp.concurrency or 0 for lp in space.bench.load_points)
+        attrs = {"bench_peak_running": clients, "bench_peak_kv_usage": 0.1, "bench_retractions": 0}
+        attrs["kv_tokens"] = 10**6
+        trial = optuna.trial.create_trial(value=100.0, user_attrs=attrs)
+        seen = [Seen(index=0, log_first=4.6, second=None, feasible=True, trial=trial.number)]
+        got[name] = _twins(space, found, [trial], seen, [10.0**6] * len(found.params))
+    plain = got["glm5-nvfp4-sm120-sim.yaml"]
+    assert plain is not None and np.any(plain == 0)  # the launch's fraction and graph twins
+    assert got["glm5-nvfp4-sm120-capacity-sim.yaml"] is None  # its loads go past the clients

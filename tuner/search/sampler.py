@@ -229,8 +229,8 @@ def _twins(
 ) -> np.ndarray | None:
     """Per candidate, the row of a measured launch it is a twin of (tuner.search.twins; -1: none)."""
     clients = running_batch(space)
-    if clients is None:
-        return None
+    if clients is None or any(o.capacity is not None for o in space.objectives):
+        return None  # an open loop; or a capacity search, whose loads go past the benchmark's clients
     by_number = {t.number: t for t in trials}
     launches = []
     for s in seen:
