@@ -237,24 +237,20 @@ def _twins(
         t = by_number.get(s.trial) if s.trial is not None else None
         if t is None or not s.feasible or s.log_first is None:
             continue
-        a = t.user_attrs
+        a = {k: v for k, v in t.user_attrs.items() if finite_number(v)}
         launches.append(
             Loaded(
                 index=s.index, peak_running=_whole(a.get("bench_peak_running")),
-                peak_kv_usage=_share(a.get("bench_peak_kv_usage")),
-                retractions=_whole(a.get("bench_retractions")), kv_pool=_whole(a.get("kv_tokens")),
+                peak_kv_usage=a.get("bench_peak_kv_usage"), retractions=_whole(a.get("bench_retractions")),
+                kv_pool=_whole(a.get("kv_tokens")),
             )  # fmt: skip
         )
     roles = {p.name: role_of(p) for p in space.params}
     return twins_of(found.params, roles, clients, launches, [v or None for v in kv_pool])
 
 
-def _whole(value: object) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _share(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _whole(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _kv_cover(space: SearchSpace, found: Candidates, predicted: Sequence[float | None]) -> np.ndarray | None:

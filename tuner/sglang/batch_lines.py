@@ -24,10 +24,8 @@ _RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
 
 def running_requests(lines: Iterable[str]) -> int | None:
     """The most requests the scheduler's batch lines show running at once; None without such a line."""
-    meter = LoadMeter()
-    for line in lines:
-        meter.add(line)
-    return meter.peak_running
+    load = server_load(lines)
+    return None if load is None else load.peak_running
 
 
 @dataclass(kw_only=True, slots=True)

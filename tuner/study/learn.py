@@ -50,7 +50,7 @@ def evidence_attrs(result: TrialResult, verdict: Verdict) -> dict[str, Any]:
         sequential_ok = not any(r == "sequential" and v != "passed" for r, v in rounds)
     effective = result.effective.cuda_graph if result.effective is not None else None
     captured = result.server.captured_bs if result.server is not None else None
-    load = result.load if failure is None else None
+    load = result.load  # a launch that measured has one (tuner.trial)
     return {
         # what SGLang reports it ran, when that differs from the request: the rules learn from it
         "effective_key": result.effective_key,
