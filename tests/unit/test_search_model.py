@@ -325,6 +325,7 @@ def test_a_capture_that_failed_other_than_by_memory_says_nothing_of_what_its_gra
     # the refused capture still proves the weights loaded and the pool was sized
     assert feasible.passed(Mechanism.KV_POOL, Mechanism.NUMERICS, captured=False) is True
     assert feasible.passed(Mechanism.MEMORY, Mechanism.NUMERICS, captured=False) is None
+    assert feasible.passed(Mechanism.SUPPORT, Mechanism.NUMERICS, captured=False) is True  # its kernels ran
     trial = optuna.trial.create_trial(
         params={}, distributions={}, values=None, state=optuna.trial.TrialState.FAIL,
         user_attrs={"failure": "capture_failed", "feasible": False},
